@@ -1,0 +1,38 @@
+# The two set-up commands are `make demo` and `make test`; everything they need is installed here.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The CPU wheel of torch 2.13.0 lies on these machines' disk; elsewhere pip fetches it.
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test lint bench services clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+demo: venv
+	$(BIN)/python -m service.demo
+
+services:
+	bash .ci/ensure-services.sh
+
+test: venv services
+	$(BIN)/python -m pytest -q tests
+
+lint: venv
+	$(BIN)/ruff check service workers tests bench migrations
+	$(BIN)/ruff format --check service workers tests bench migrations
+
+bench: venv
+	$(BIN)/python bench/engine_speed.py
+
+clean:
+	rm -rf $(VENV) .grpo demo-out

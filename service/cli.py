@@ -1,0 +1,167 @@
+"""`grpo-service`: run the API, the worker or both; migrate; manage keys; make a tiny model."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+console = Console(stderr=True)
+
+HostOpt = Annotated[str, typer.Option(help="Interface to bind.")]
+PortOpt = Annotated[int, typer.Option(help="Port to listen on.")]
+
+
+def _api_command(host: str, port: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "service.main:app",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--no-access-log",
+    ]
+
+
+def _worker_command(queue: str) -> list[str]:
+    # One job per GPU, a fresh child per job; no broadcast features (the embedded broker has none).
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers.celery_app",
+        "worker",
+        "-Q",
+        queue,
+        "-c",
+        "1",
+        "--max-tasks-per-child",
+        "1",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "--loglevel",
+        "INFO",
+    ]
+
+
+def _supervise(commands: list[list[str]]) -> int:
+    """Run the processes until one exits or we get SIGINT/SIGTERM, then stop them all."""
+    procs = [subprocess.Popen(cmd) for cmd in commands]
+    stopping = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    while not stopping and all(p.poll() is None for p in procs):
+        time.sleep(0.2)
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return 0 if stopping else max((p.returncode or 0) for p in procs) or 1
+
+
+@app.command()
+def migrate() -> None:
+    """Upgrade the database schema to the latest revision."""
+    from service.migrate import upgrade
+
+    upgrade()
+    console.print("database migrated")
+
+
+@app.command()
+def api(host: HostOpt = "127.0.0.1", port: PortOpt = 8000) -> None:
+    """Run the REST API (uvicorn)."""
+    raise typer.Exit(_supervise([_api_command(host, port)]))
+
+
+@app.command()
+def worker(queue: Annotated[str, typer.Option(help="Queue to consume.")] = "gpu") -> None:
+    """Run a Celery training worker (one job at a time)."""
+    raise typer.Exit(_supervise([_worker_command(queue)]))
+
+
+@app.command()
+def up(host: HostOpt = "127.0.0.1", port: PortOpt = 8000) -> None:
+    """Embedded mode: migrate, then run the API and one worker together until Ctrl-C/SIGTERM."""
+    from service.migrate import upgrade
+    from service.settings import get_settings
+
+    settings = get_settings()
+    upgrade()
+    mode = "embedded" if settings.embedded else "production"
+    console.print(f"grpo-service up ({mode}) on http://{host}:{port}, data in {settings.data_path}")
+    raise typer.Exit(_supervise([_api_command(host, port), _worker_command("gpu")]))
+
+
+@app.command("create-api-key")
+def create_api_key(
+    tenant: Annotated[str, typer.Option(help="Tenant name (created if new).")],
+) -> None:
+    """Create an API key; it is printed once, alone on the last line."""
+    from service.auth.service import create_api_key as create
+    from service.db import session_scope
+
+    with session_scope() as session:
+        secret = create(session, tenant)
+    console.print(f"API key for tenant '{tenant}' (shown once):")
+    print(secret)
+
+
+@app.command("revoke-api-key")
+def revoke_api_key(
+    key: Annotated[str, typer.Argument(help="The key, or its 12-char prefix.")],
+) -> None:
+    """Revoke an API key."""
+    from service.auth.service import revoke_api_key as revoke
+    from service.db import session_scope
+
+    with session_scope() as session:
+        count = revoke(session, key)
+    if not count:
+        console.print("no active key matches")
+        raise typer.Exit(1)
+    console.print(f"revoked {count} key(s)")
+
+
+@app.command("make-tiny-model")
+def make_tiny_model(
+    path: Annotated[Path, typer.Argument(help="Directory to write.")], seed: int = 0
+) -> None:
+    """Write a small random-init Llama-shaped causal LM with a local tokenizer."""
+    from workers.grpo.tiny_model import make_tiny_model as make
+
+    out = make(path, seed=seed)
+    console.print(f"tiny model written to {out}")
+
+
+def main() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from pydantic import ValidationError
+from sqlalchemy import select
+
+from service.datasets import service
+from service.datasets.records import parse_jsonl, validate_records
+from service.datasets.schemas import DatasetCreate, DatasetOut
+from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
+from service.errors import FieldError, invalid, json_path
+from service.models import Dataset
+from service.pagination import Page, PageDep, paginate
+
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+
+_UPLOAD_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": DatasetCreate.model_json_schema()},
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["name", "file"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "file": {"type": "string", "format": "binary", "description": "JSONL"},
+                    },
+                }
+            },
+        },
+    }
+}
+
+
+async def _read_upload(request: Request) -> tuple[str, list[dict[str, Any]]]:
+    """Name and records from either a JSON body or a multipart JSONL upload."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("multipart/form-data"):
+        form = await request.form()
+        name, upload = form.get("name"), form.get("file")
+        missing = [f for f, v in (("name", name), ("file", upload)) if not v]
+        if missing:
+            raise invalid([FieldError(path=f"$.{f}", message="field required") for f in missing])
+        records, errors = parse_jsonl(await upload.read())  # type: ignore[union-attr]
+        if errors:
+            raise invalid(errors)
+        return str(name), records
+    try:
+        body = DatasetCreate.model_validate(json.loads(await request.body()))
+    except json.JSONDecodeError as exc:
+        raise invalid([FieldError(path="$", message=f"invalid JSON: {exc.msg}")]) from exc
+    except ValidationError as exc:
+        raise invalid(
+            [FieldError(path=json_path(e["loc"]), message=e["msg"]) for e in exc.errors()]
+        ) from exc
+    errors = validate_records(body.records)
+    if errors:
+        raise invalid(errors)
+    return body.name, body.records
+
+
+@router.post("", status_code=201, response_model=DatasetOut, openapi_extra=_UPLOAD_BODY)
+async def create_dataset(
+    request: Request,
+    session: SessionDep,
+    tenant: TenantDep,
+    storage: StorageDep,
+    settings: SettingsDep,
+) -> DatasetOut:
+    name, records = await _read_upload(request)
+    row = await run_in_threadpool(
+        service.create_dataset,
+        session,
+        storage,
+        tenant,
+        name,
+        records,
+        settings.max_dataset_records,
+    )
+    return DatasetOut.model_validate(row, from_attributes=True)
+
+
+@router.get("", response_model=Page[DatasetOut])
+def list_datasets(session: SessionDep, tenant: TenantDep, page: PageDep) -> Page[DatasetOut]:
+    stmt = select(Dataset).where(Dataset.tenant_id == tenant, Dataset.deleted_at.is_(None))
+    rows, has_more, nxt = paginate(session, stmt, Dataset.id, page)
+    data = [DatasetOut.model_validate(r, from_attributes=True) for r in rows]
+    return Page[DatasetOut](data=data, has_more=has_more, next=nxt)
+
+
+@router.get("/{dataset_id}", response_model=DatasetOut)
+def get_dataset(dataset_id: str, session: SessionDep, tenant: TenantDep) -> DatasetOut:
+    row = service.get_dataset(session, tenant, dataset_id)
+    return DatasetOut.model_validate(row, from_attributes=True)
+
+
+@router.delete("/{dataset_id}", status_code=204, responses={409: {"description": "in use"}})
+def delete_dataset(dataset_id: str, session: SessionDep, tenant: TenantDep) -> Response:
+    service.delete_dataset(session, tenant, dataset_id)
+    return Response(status_code=204)

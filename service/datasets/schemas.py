@@ -1,0 +1,30 @@
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.schemas import UtcDateTime
+
+
+class DatasetCreate(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "digits",
+                    "records": [{"prompt": "Digit 7:", "answer": "7"}],
+                }
+            ]
+        },
+    )
+
+    name: str = Field(min_length=1, max_length=200)
+    records: list[dict[str, Any]] = Field(min_length=1)
+
+
+class DatasetOut(BaseModel):
+    id: str
+    name: str
+    num_records: int
+    sha256: str
+    created_at: UtcDateTime

@@ -1,0 +1,73 @@
+"""Request dependencies: the unit of work, the tenant behind the API key, storage."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from service.auth.service import authenticate
+from service.db import get_sessionmaker
+from service.errors import ProblemError
+from service.settings import Settings, get_settings
+from service.storage import ObjectStorage
+
+_AFTER_COMMIT = "after_commit"
+
+
+def after_commit(session: Session, callback: Callable[[], None]) -> None:
+    """Run `callback` once the request's transaction has committed (e.g. enqueue a task)."""
+    session.info.setdefault(_AFTER_COMMIT, []).append(callback)
+
+
+def get_session() -> Iterator[Session]:
+    """The request's unit of work: the one place API writes are committed."""
+    session = get_sessionmaker()()
+    try:
+        yield session
+        session.commit()
+        for callback in session.info.pop(_AFTER_COMMIT, []):
+            callback()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+_bearer = HTTPBearer(auto_error=False, description="API key: `Authorization: Bearer grpo_sk_…`")
+
+
+def get_tenant(
+    session: SessionDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> str:
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise ProblemError(
+            401, "Unauthorized", "missing API key", headers={"WWW-Authenticate": "Bearer"}
+        )
+    tenant_id = authenticate(session, credentials.credentials)
+    if tenant_id is None:
+        raise ProblemError(
+            401,
+            "Unauthorized",
+            "invalid or revoked API key",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return tenant_id
+
+
+TenantDep = Annotated[str, Depends(get_tenant)]
+
+
+def get_storage(request: Request) -> ObjectStorage:
+    return request.app.state.storage
+
+
+StorageDep = Annotated[ObjectStorage, Depends(get_storage)]

@@ -1,0 +1,58 @@
+"""Unauthenticated probes: liveness, readiness of every dependency, Prometheus metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from sqlalchemy import text
+
+from service.db import get_engine
+
+router = APIRouter(tags=["health"])
+
+REQUESTS = Counter("grpo_http_requests_total", "HTTP requests", ["method", "route", "status"])
+LATENCY = Histogram("grpo_http_request_seconds", "HTTP request latency", ["method", "route"])
+
+
+def _check_database() -> None:
+    with get_engine().connect() as conn:
+        conn.execute(text("SELECT 1"))
+
+
+def _check_broker() -> None:
+    from workers.celery_app import get_celery
+
+    with get_celery().connection_for_write() as conn:
+        conn.ensure_connection(max_retries=1, timeout=2)
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"description": "a dependency is unreachable"}})
+async def readyz(request: Request) -> JSONResponse:
+    checks: dict[str, Any] = {}
+    probes = {
+        "database": _check_database,
+        "broker": _check_broker,
+        "storage": request.app.state.storage.ping,
+    }
+    for name, probe in probes.items():
+        try:
+            await run_in_threadpool(probe)
+            checks[name] = "ok"
+        except Exception as exc:  # a probe reports, it never raises
+            checks[name] = f"error: {type(exc).__name__}: {exc}"[:300]
+    ready = all(v == "ok" for v in checks.values())
+    return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+
+
+@router.get("/metrics", response_class=Response)
+def metrics() -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,120 @@
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query
+from fastapi.responses import StreamingResponse
+from sqlalchemy import select
+
+from service.deps import SessionDep, StorageDep, TenantDep
+from service.jobs import service
+from service.jobs.events import stream_events
+from service.jobs.schemas import (
+    CheckpointOut,
+    CheckpointsPage,
+    EventOut,
+    EventsPage,
+    JobCreate,
+    JobOut,
+    JobStatus,
+    MetricsPage,
+)
+from service.models import Job
+from service.pagination import Page, PageDep, paginate
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+def load_job(job_id: str, session: SessionDep, tenant: TenantDep) -> Job:
+    """The job of this tenant, or 404 exactly as for a missing id."""
+    return service.get_job(session, tenant, job_id)
+
+
+JobDep = Annotated[Job, Depends(load_job)]
+
+
+def _out(job: Job) -> JobOut:
+    return JobOut.model_validate(job, from_attributes=True)
+
+
+@router.post("", status_code=201, response_model=JobOut)
+def create_job(body: JobCreate, session: SessionDep, tenant: TenantDep) -> JobOut:
+    return _out(service.create_job(session, tenant, body))
+
+
+@router.get("", response_model=Page[JobOut])
+def list_jobs(
+    session: SessionDep,
+    tenant: TenantDep,
+    page: PageDep,
+    status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
+) -> Page[JobOut]:
+    stmt = select(Job).where(Job.tenant_id == tenant)
+    if status:
+        stmt = stmt.where(Job.status == status)
+    rows, has_more, nxt = paginate(session, stmt, Job.id, page)
+    return Page[JobOut](data=[_out(r) for r in rows], has_more=has_more, next=nxt)
+
+
+@router.get("/{job_id}", response_model=JobOut)
+def get_job(job: JobDep) -> JobOut:
+    return _out(job)
+
+
+@router.post("/{job_id}/cancel", status_code=202, response_model=JobOut)
+def cancel_job(job: JobDep, session: SessionDep) -> JobOut:
+    return _out(service.cancel_job(session, job))
+
+
+@router.get("/{job_id}/metrics", response_model=MetricsPage)
+def get_metrics(
+    job: JobDep,
+    session: SessionDep,
+    after_step: Annotated[int, Query(ge=0, description="Only steps after this one.")] = 0,
+) -> MetricsPage:
+    return MetricsPage(data=service.list_metrics(session, job, after_step))
+
+
+@router.get(
+    "/{job_id}/events",
+    response_model=EventsPage,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+def get_events(
+    job: JobDep,
+    session: SessionDep,
+    after: Annotated[int, Query(ge=0, description="Only events after this id.")] = 0,
+    accept: Annotated[str | None, Header()] = None,
+    last_event_id: Annotated[int | None, Header(ge=0)] = None,
+) -> EventsPage | StreamingResponse:
+    if accept and "text/event-stream" in accept:
+        start = last_event_id if last_event_id is not None else after
+        return StreamingResponse(stream_events(job.id, start), media_type="text/event-stream")
+    rows = service.list_events(session, job, after)
+    return EventsPage(data=[EventOut.model_validate(r, from_attributes=True) for r in rows])
+
+
+@router.get("/{job_id}/checkpoints", response_model=CheckpointsPage)
+def list_checkpoints(job: JobDep, session: SessionDep) -> CheckpointsPage:
+    rows = service.list_checkpoints(session, job)
+    return CheckpointsPage(
+        data=[CheckpointOut.model_validate(r, from_attributes=True) for r in rows]
+    )
+
+
+@router.get(
+    "/{job_id}/checkpoints/{step}/download",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"application/x-tar": {}}, "description": "The checkpoint tar."}},
+)
+def download_checkpoint(
+    job: JobDep, step: str, session: SessionDep, storage: StorageDep
+) -> StreamingResponse:
+    ckpt = service.get_checkpoint(session, job, step)
+    headers = {
+        "Content-Length": str(ckpt.size_bytes),
+        "Content-Disposition": f'attachment; filename="{job.id}-step-{ckpt.step}.tar"',
+        "X-Checkpoint-SHA256": ckpt.sha256,
+        "X-Checkpoint-Step": str(ckpt.step),
+    }
+    return StreamingResponse(
+        storage.open_stream(ckpt.object_key), media_type="application/x-tar", headers=headers
+    )

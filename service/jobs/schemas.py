@@ -1,0 +1,92 @@
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.schemas import UtcDateTime
+from workers.grpo.config import GenerationParams, GRPOParams, LoraParams
+
+JobStatus = Literal["queued", "running", "cancelling", "succeeded", "failed", "cancelled"]
+
+
+class VerifierRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    version: int | None = Field(None, ge=1, description="Pinned to the latest when omitted.")
+    weight: float = 1.0
+
+
+class JobCreate(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "base_model": "/models/tiny-llama",
+                    "dataset": "ds_0123456789abcdef",
+                    "verifiers": [{"name": "has-digit", "weight": 1.0}],
+                    "grpo": {"steps": 20, "prompts_per_step": 2, "group_size": 8},
+                    "generation": {"max_new_tokens": 16},
+                }
+            ]
+        },
+    )
+
+    base_model: str = Field(min_length=1, description="Local path or model id the workers load.")
+    dataset: str = Field(min_length=1, description="Training dataset id (ds_…).")
+    eval_dataset: str | None = Field(None, description="Held-out dataset id.")
+    verifiers: list[VerifierRef] = Field(min_length=1, max_length=16)
+    eval_verifiers: list[VerifierRef] | None = Field(None, description="Defaults to verifiers.")
+    grpo: GRPOParams = Field(default_factory=GRPOParams)
+    generation: GenerationParams = Field(default_factory=GenerationParams)
+    lora: LoraParams | None = None
+    checkpoint_every: int = Field(50, ge=1)
+    eval_every: int = Field(25, ge=1)
+    queue: str = Field("gpu", pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+class JobErrorOut(BaseModel):
+    code: str
+    message: str
+
+
+class JobOut(BaseModel):
+    id: str
+    status: JobStatus
+    spec: dict[str, Any]
+    step: int
+    total_steps: int
+    latest_metrics: dict[str, Any] | None
+    error: JobErrorOut | None
+    created_at: UtcDateTime
+    started_at: UtcDateTime | None
+    finished_at: UtcDateTime | None
+
+
+class MetricsPage(BaseModel):
+    data: list[dict[str, Any]] = Field(description="One row per step: {step, ...metrics}.")
+
+
+class EventOut(BaseModel):
+    id: int
+    at: UtcDateTime
+    type: str
+    message: str
+    data: dict[str, Any]
+
+
+class EventsPage(BaseModel):
+    data: list[EventOut]
+
+
+class CheckpointOut(BaseModel):
+    id: str
+    step: int
+    size_bytes: int
+    sha256: str
+    format: Literal["full", "peft-adapter"]
+    created_at: UtcDateTime
+
+
+class CheckpointsPage(BaseModel):
+    data: list[CheckpointOut]

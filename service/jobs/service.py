@@ -1,0 +1,128 @@
+"""Jobs: submission (references resolved and pinned), reads, cancellation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.datasets.service import find_dataset
+from service.deps import after_commit
+from service.errors import FieldError, conflict, invalid, not_found
+from service.ids import new_id
+from service.jobs.events import add_event
+from service.jobs.schemas import JobCreate, VerifierRef
+from service.models import FINAL_STATUSES, Checkpoint, Job, JobEvent, JobMetric
+from service.models.base import utcnow
+from service.verifiers.service import find_version
+from workers.celery_app import enqueue_training
+
+
+def _pin_verifiers(
+    session: Session, tenant_id: str, refs: list[VerifierRef], field: str
+) -> tuple[list[dict[str, Any]], list[FieldError]]:
+    pinned, errors = [], []
+    for i, ref in enumerate(refs):
+        row = find_version(session, tenant_id, ref.name, ref.version)
+        if row is None:
+            label = ref.name if ref.version is None else f"{ref.name} version {ref.version}"
+            errors.append(FieldError(path=f"$.{field}[{i}].name", message=f"no verifier {label}"))
+            continue
+        pinned.append(
+            {"name": row.name, "version": row.version, "weight": ref.weight, "sha256": row.sha256}
+        )
+    return pinned, errors
+
+
+def create_job(session: Session, tenant_id: str, body: JobCreate) -> Job:
+    errors: list[FieldError] = []
+    for field in ("dataset", "eval_dataset"):
+        ident = getattr(body, field)
+        if ident is not None and find_dataset(session, tenant_id, ident) is None:
+            errors.append(FieldError(path=f"$.{field}", message=f"no dataset '{ident}'"))
+    verifiers, verifier_errors = _pin_verifiers(session, tenant_id, body.verifiers, "verifiers")
+    eval_refs = body.eval_verifiers if body.eval_verifiers is not None else body.verifiers
+    eval_verifiers, eval_errors = _pin_verifiers(session, tenant_id, eval_refs, "eval_verifiers")
+    errors += verifier_errors + (eval_errors if body.eval_verifiers is not None else [])
+    if errors:
+        raise invalid(errors)
+
+    spec = body.model_dump(mode="json")
+    spec.update(verifiers=verifiers, eval_verifiers=eval_verifiers)
+    job = Job(
+        id=new_id("job"),
+        tenant_id=tenant_id,
+        dataset_id=body.dataset,
+        eval_dataset_id=body.eval_dataset,
+        status="queued",
+        spec=spec,
+        total_steps=body.grpo.steps,
+    )
+    session.add(job)
+    session.flush()
+    add_event(session, job.id, "status", "job queued", {"status": "queued"})
+    after_commit(session, lambda: enqueue_training(job.id, body.queue))
+    return job
+
+
+def get_job(session: Session, tenant_id: str, job_id: str) -> Job:
+    job = session.scalar(select(Job).where(Job.id == job_id, Job.tenant_id == tenant_id))
+    if job is None:
+        raise not_found("job", job_id)
+    return job
+
+
+def cancel_job(session: Session, job: Job) -> Job:
+    """A queued job is cancelled at once; a running one is asked to stop at its next step."""
+    if job.status in FINAL_STATUSES:
+        raise conflict(f"job '{job.id}' is already {job.status}")
+    if job.status == "queued":
+        job.status, job.finished_at = "cancelled", utcnow()
+        add_event(session, job.id, "status", "job cancelled", {"status": "cancelled"})
+    elif job.status == "running":
+        job.status = "cancelling"
+        add_event(session, job.id, "status", "cancellation requested", {"status": "cancelling"})
+    session.flush()
+    return job
+
+
+def list_metrics(session: Session, job: Job, after_step: int) -> list[dict[str, Any]]:
+    rows = session.scalars(
+        select(JobMetric)
+        .where(JobMetric.job_id == job.id, JobMetric.step > after_step)
+        .order_by(JobMetric.step)
+    )
+    return [{"step": r.step, **r.metrics} for r in rows]
+
+
+def list_events(session: Session, job: Job, after: int, limit: int = 1000) -> list[JobEvent]:
+    stmt = (
+        select(JobEvent)
+        .where(JobEvent.job_id == job.id, JobEvent.id > after)
+        .order_by(JobEvent.id)
+        .limit(limit)
+    )
+    return list(session.scalars(stmt))
+
+
+def list_checkpoints(session: Session, job: Job) -> list[Checkpoint]:
+    return list(
+        session.scalars(
+            select(Checkpoint).where(Checkpoint.job_id == job.id).order_by(Checkpoint.step)
+        )
+    )
+
+
+def get_checkpoint(session: Session, job: Job, step: str) -> Checkpoint:
+    stmt = select(Checkpoint).where(Checkpoint.job_id == job.id)
+    if step == "latest":
+        stmt = stmt.order_by(Checkpoint.step.desc()).limit(1)
+    elif step.isdigit():
+        stmt = stmt.where(Checkpoint.step == int(step))
+    else:
+        raise invalid([FieldError(path="path.step", message="a step number or 'latest'")])
+    row = session.scalar(stmt)
+    if row is None:
+        raise not_found("checkpoint", f"{job.id}@{step}")
+    return row

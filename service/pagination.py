@@ -1,0 +1,47 @@
+"""Cursor pagination shared by every list: `?limit=&after=<id>`, newest first."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Generic, TypeVar
+
+from fastapi import Depends, Query
+from pydantic import BaseModel
+from sqlalchemy import Select
+from sqlalchemy.orm import InstrumentedAttribute, Session
+
+T = TypeVar("T")
+
+
+class Page(BaseModel, Generic[T]):
+    data: list[T]
+    has_more: bool
+    next: str | None
+
+
+class PageParams(BaseModel):
+    limit: int
+    after: str | None
+
+
+def page_params(
+    limit: Annotated[int, Query(ge=1, le=100, description="Page size.")] = 20,
+    after: Annotated[
+        str | None, Query(description="Id of the last item of the previous page.")
+    ] = None,
+) -> PageParams:
+    return PageParams(limit=limit, after=after)
+
+
+PageDep = Annotated[PageParams, Depends(page_params)]
+
+
+def paginate(
+    session: Session, stmt: Select[Any], id_column: InstrumentedAttribute[str], params: PageParams
+) -> tuple[list[Any], bool, str | None]:
+    """Rows newest first (ids sort by creation time), one extra row fetched to learn has_more."""
+    if params.after:
+        stmt = stmt.where(id_column < params.after)
+    rows = list(session.scalars(stmt.order_by(id_column.desc()).limit(params.limit + 1)))
+    has_more = len(rows) > params.limit
+    rows = rows[: params.limit]
+    return rows, has_more, (rows[-1].id if has_more and rows else None)

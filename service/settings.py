@@ -1,0 +1,63 @@
+"""Process settings (pydantic-settings). Unset means the embedded default: SQLite, a local object
+folder and a Celery broker that needs no server, all under `GRPO_DATA_DIR`."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GRPO_", extra="ignore")
+
+    data_dir: Path = Field(Path(".grpo"), description="Root of every embedded-mode file.")
+    database_url: str | None = Field(None, description="SQLAlchemy URL; unset = SQLite.")
+    broker_url: str | None = Field(None, description="Celery broker URL; unset = filesystem.")
+    storage_url: str | None = Field(None, description="file://PATH or s3://bucket[/prefix].")
+    s3_endpoint_url: str | None = Field(None, description="S3-compatible endpoint (MinIO, moto).")
+    s3_region: str | None = Field(None, description="S3 region.")
+    s3_access_key_id: str | None = Field(None, description="S3 access key id.")
+    s3_secret_access_key: str | None = Field(None, description="S3 secret access key.")
+    s3_create_bucket: bool = Field(False, description="Create the bucket at start-up if missing.")
+
+    lease_seconds: float = Field(
+        60.0, gt=0, description="A worker's claim on a job lasts this long."
+    )
+    heartbeat_seconds: float = Field(10.0, gt=0, description="How often a worker renews its lease.")
+    max_request_bytes: int = Field(64 << 20, description="Largest accepted request body.")
+    max_dataset_records: int = Field(1_000_000, description="Most records in one dataset.")
+    allow_unsafe_verifiers: bool = Field(
+        False, description="Run python verifiers without the bubblewrap sandbox (never in prod)."
+    )
+
+    @property
+    def data_path(self) -> Path:
+        return self.data_dir.expanduser().resolve()
+
+    @property
+    def effective_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_path / 'grpo.db'}"
+
+    @property
+    def effective_broker_url(self) -> str:
+        return self.broker_url or "filesystem://"
+
+    @property
+    def broker_folder(self) -> Path:
+        return self.data_path / "broker"
+
+    @property
+    def effective_storage_url(self) -> str:
+        return self.storage_url or f"file://{self.data_path / 'objects'}"
+
+    @property
+    def embedded(self) -> bool:
+        return self.database_url is None and self.broker_url is None
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

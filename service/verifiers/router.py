@@ -1,0 +1,60 @@
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from sqlalchemy import select
+
+from service.deps import SessionDep, TenantDep
+from service.models import VerifierVersion
+from service.pagination import Page, PageDep, paginate
+from service.verifiers import service
+from service.verifiers.schemas import (
+    VerifierCreate,
+    VerifierOut,
+    VerifierTestRequest,
+    VerifierTestResult,
+)
+
+router = APIRouter(prefix="/v1/verifiers", tags=["verifiers"])
+
+
+@router.post("", status_code=201, response_model=VerifierOut)
+def create_verifier(body: VerifierCreate, session: SessionDep, tenant: TenantDep) -> VerifierOut:
+    row = service.create_version(session, tenant, body)
+    return VerifierOut.model_validate(row, from_attributes=True)
+
+
+@router.get("", response_model=Page[VerifierOut])
+def list_verifiers(
+    session: SessionDep,
+    tenant: TenantDep,
+    page: PageDep,
+    name: Annotated[str | None, Query(description="Only versions of this name.")] = None,
+) -> Page[VerifierOut]:
+    stmt = select(VerifierVersion).where(VerifierVersion.tenant_id == tenant)
+    if name:
+        stmt = stmt.where(VerifierVersion.name == name)
+    rows, has_more, nxt = paginate(session, stmt, VerifierVersion.id, page)
+    data = [VerifierOut.model_validate(r, from_attributes=True) for r in rows]
+    return Page[VerifierOut](data=data, has_more=has_more, next=nxt)
+
+
+@router.get("/{name}", response_model=VerifierOut)
+def get_verifier(name: str, session: SessionDep, tenant: TenantDep) -> VerifierOut:
+    row = service.get_version(session, tenant, name)
+    return VerifierOut.model_validate(row, from_attributes=True)
+
+
+@router.get("/{name}/versions/{version}", response_model=VerifierOut)
+def get_verifier_version(
+    name: str, version: int, session: SessionDep, tenant: TenantDep
+) -> VerifierOut:
+    row = service.get_version(session, tenant, name, version)
+    return VerifierOut.model_validate(row, from_attributes=True)
+
+
+@router.post("/{name}/test", response_model=VerifierTestResult)
+def test_verifier(
+    name: str, body: VerifierTestRequest, session: SessionDep, tenant: TenantDep
+) -> VerifierTestResult:
+    row = service.get_version(session, tenant, name, body.version)
+    return service.run_test(row, body)

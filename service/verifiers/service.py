@@ -1,0 +1,90 @@
+"""Verifier registry: immutable, numbered versions per (tenant, name)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.errors import FieldError, invalid, not_found
+from service.ids import new_id
+from service.models import VerifierVersion
+from service.verifiers.schemas import VerifierCreate, VerifierTestRequest, VerifierTestResult
+from workers.verifiers import VerifierConfigError, open_verifier, validate_config
+
+
+def config_sha256(kind: str, config: dict[str, Any]) -> str:
+    canonical = json.dumps({"kind": kind, "config": config}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def create_version(session: Session, tenant_id: str, body: VerifierCreate) -> VerifierVersion:
+    try:
+        config = validate_config(body.kind, body.config)
+    except VerifierConfigError as exc:
+        raise invalid(
+            [
+                FieldError(path=".".join(["$.config", *map(str, p)]), message=m)
+                for p, m in exc.errors
+            ]
+        ) from exc
+    latest = session.scalar(
+        select(func.max(VerifierVersion.version)).where(
+            VerifierVersion.tenant_id == tenant_id, VerifierVersion.name == body.name
+        )
+    )
+    row = VerifierVersion(
+        id=new_id("ver"),
+        tenant_id=tenant_id,
+        name=body.name,
+        version=(latest or 0) + 1,
+        kind=body.kind,
+        description=body.description,
+        config=config,
+        sha256=config_sha256(body.kind, config),
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def find_version(
+    session: Session, tenant_id: str, name: str, version: int | None = None
+) -> VerifierVersion | None:
+    stmt = select(VerifierVersion).where(
+        VerifierVersion.tenant_id == tenant_id, VerifierVersion.name == name
+    )
+    if version is not None:
+        return session.scalar(stmt.where(VerifierVersion.version == version))
+    return session.scalar(stmt.order_by(VerifierVersion.version.desc()).limit(1))
+
+
+def get_version(
+    session: Session, tenant_id: str, name: str, version: int | None = None
+) -> VerifierVersion:
+    row = find_version(session, tenant_id, name, version)
+    if row is None:
+        label = name if version is None else f"{name}@{version}"
+        raise not_found("verifier", label)
+    return row
+
+
+def run_test(row: VerifierVersion, body: VerifierTestRequest) -> VerifierTestResult:
+    """Score samples through exactly the code path training uses."""
+    errors = [
+        FieldError(path=f"$.samples[{i}].{field}", message=f"'{field}' is required")
+        for i, sample in enumerate(body.samples)
+        for field in ("prompt", "completion")
+        if field not in sample
+    ]
+    if errors:
+        raise invalid(errors)
+    started = time.perf_counter()
+    with open_verifier(row.kind, row.config, name=row.name) as verifier:
+        scores, errs = verifier.score(body.samples)
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    return VerifierTestResult(scores=scores, errors=errs, elapsed_ms=round(elapsed_ms, 3))

@@ -1,0 +1,55 @@
+"""The Celery app. Importing it loads no torch: the API uses it to enqueue wake-ups.
+
+The broker message is only a wake-up; the job row and its lease are the truth. So tasks ack
+early, prefetch one message at a time, and a worker trains one job per GPU (`-c 1`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from celery import Celery
+
+from service.settings import Settings, get_settings
+
+TRAIN_TASK = "grpo.train_job"
+
+
+def make_celery(settings: Settings) -> Celery:
+    app = Celery("grpo", broker=settings.effective_broker_url, include=["workers.tasks"])
+    transport_options: dict[str, object] = {}
+    if settings.broker_url is None:
+        # Embedded mode: kombu's filesystem transport, a folder shared by the API and the worker.
+        folder = settings.broker_folder
+        for sub in ("queue", "processed"):
+            (folder / sub).mkdir(parents=True, exist_ok=True)
+        transport_options = {
+            "data_folder_in": str(folder / "queue"),
+            "data_folder_out": str(folder / "queue"),
+            "processed_folder": str(folder / "processed"),
+            "store_processed": False,
+        }
+    app.conf.update(
+        broker_transport_options=transport_options,
+        broker_connection_retry_on_startup=True,
+        task_ignore_result=True,
+        task_acks_late=False,
+        worker_prefetch_multiplier=1,
+        task_default_queue="gpu",
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+    )
+    return app
+
+
+@lru_cache
+def get_celery() -> Celery:
+    return make_celery(get_settings())
+
+
+def enqueue_training(job_id: str, queue: str = "gpu") -> None:
+    get_celery().send_task(TRAIN_TASK, args=[job_id], queue=queue)
+
+
+# `celery -A workers.celery_app worker` looks for this name.
+app = get_celery()

@@ -1,0 +1,91 @@
+"""Typed hyper-parameters of a GRPO run: one object, stored with the job and in every checkpoint.
+
+These pydantic models are the single source of truth for the job spec's training knobs: the
+API validates `POST /v1/jobs` bodies with them and the engine reads them. This module imports
+neither torch nor FastAPI, so both sides can use it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GRPOParams(_Strict):
+    """The optimisation: groups, advantages, the clipped surrogate and its KL penalty."""
+
+    steps: int = Field(100, ge=1, le=1_000_000, description="Optimizer steps to run.")
+    prompts_per_step: int = Field(4, ge=1, le=4096, description="Prompts drawn per step.")
+    group_size: int = Field(8, ge=2, le=1024, description="Completions sampled per prompt (G).")
+    learning_rate: float = Field(1e-5, gt=0, le=1.0, description="AdamW peak learning rate.")
+    beta: float = Field(
+        0.04, ge=0, description="Weight of the k3 KL penalty; 0 skips the reference."
+    )
+    clip_epsilon: float = Field(0.2, gt=0, lt=1, description="Lower clip range: ratio >= 1-eps.")
+    clip_epsilon_high: float | None = Field(
+        None, gt=0, description="Upper clip range (DAPO); null means equal to clip_epsilon."
+    )
+    std: Literal["population", "sample", "none"] = Field(
+        "population", description="Group std used to scale advantages; none = Dr. GRPO."
+    )
+    loss_aggregation: Literal["sequence_mean", "token_mean", "constant"] = Field(
+        "sequence_mean", description="How per-token losses are averaged over the batch."
+    )
+    num_iterations: int = Field(1, ge=1, le=64, description="Optimisation passes per batch (mu).")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient norm clip.")
+    seed: int = Field(0, ge=0, description="Seed for data order, sampling and initialisation.")
+    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="Schedule after warm-up."
+    )
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    micro_batch_size: int | None = Field(
+        None, ge=1, description="Completions per forward/backward; null = the whole batch."
+    )
+
+    @property
+    def clip_high(self) -> float:
+        return self.clip_epsilon if self.clip_epsilon_high is None else self.clip_epsilon_high
+
+
+class GenerationParams(_Strict):
+    """How completions are sampled from the current policy."""
+
+    max_new_tokens: int = Field(256, ge=1, le=32768, description="Completion length cap.")
+    temperature: float = Field(1.0, gt=0, le=10, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    top_k: int = Field(0, ge=0, description="Top-k sampling; 0 disables it.")
+    stop: list[str] = Field(default_factory=list, max_length=16, description="Stop strings.")
+
+
+class LoraParams(_Strict):
+    """A LoRA adapter (peft) instead of full fine-tuning."""
+
+    r: int = Field(16, ge=1, le=1024)
+    alpha: float = Field(32, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: str | list[str] = Field("all-linear")
+
+
+class TrainSpec(_Strict):
+    """What the engine needs to train: the model, the knobs, the cadence of side effects."""
+
+    base_model: str = Field(min_length=1, description="Local path or model id the workers load.")
+    grpo: GRPOParams = Field(default_factory=GRPOParams)
+    generation: GenerationParams = Field(default_factory=GenerationParams)
+    lora: LoraParams | None = None
+    checkpoint_every: int = Field(50, ge=1, description="Save a checkpoint every N steps.")
+    eval_every: int = Field(25, ge=1, description="Evaluate on the held-out set every N steps.")
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainSpec:
+        if self.grpo.micro_batch_size is not None:
+            n = self.grpo.prompts_per_step * self.grpo.group_size
+            if n % self.grpo.micro_batch_size:
+                raise ValueError("grpo.micro_batch_size must divide prompts_per_step*group_size")
+        return self

@@ -1,0 +1,43 @@
+"""Per-token log-probabilities log pi(y_t | x, y_<t) of sampled completion tokens, and entropy.
+
+One forward pass over prompt + completion; only the logits that predict completion tokens are
+computed (`logits_to_keep`), divided by the sampling temperature (the policy that sampled is
+softmax(logits / T), so the ratio and KL use the same distribution). The log-prob of the chosen
+token is gathered as logit - logsumexp, without a full log-softmax copy; the entropy (a metric
+only) is computed without gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+def completion_logprobs(
+    model: Any,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probs (N, T) of `completion_ids` and, if asked, the per-token entropy (N, T)."""
+    width = completion_ids.shape[1]
+    ids = torch.cat([prompt_ids, completion_ids], 1)  # (N, P + T)
+    mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)  # (N, P + T)
+    positions = (mask.cumsum(1) - 1).clamp(min=0)  # (N, P + T)
+    out = model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=width + 1
+    )
+    logits = out.logits[:, :-1].float() / temperature  # (N, T, V)
+    lse = torch.logsumexp(logits, dim=-1)  # (N, T)
+    chosen = logits.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)  # (N, T)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            probs = (logits - lse.unsqueeze(-1)).exp()  # (N, T, V)
+            entropy = lse - (probs * logits).sum(-1)  # (N, T)
+    return chosen - lse, entropy

@@ -1,0 +1,88 @@
+"""The GRPO clipped surrogate with a k3 KL penalty (Shao et al., 2024, eq. 3; DAPO; Dr. GRPO).
+
+Per completion token t of completion i, with ratio rho = exp(log pi_theta - log pi_old):
+
+    l_it = -min(rho * A_i, clip(rho, 1 - eps, 1 + eps_high) * A_i)
+           + beta * (exp(ref - log pi_theta) - (ref - log pi_theta) - 1)
+
+summed over the tokens up to and including EOS (`mask`), then divided by a denominator picked by
+the aggregation (a small function chosen once):
+
+- `sequence_mean` (GRPO as published): mean over sequences of (sum_t l_it) / |y_i|
+- `token_mean` (DAPO / BNPO): sum_it l_it / sum_i |y_i|
+- `constant` (Dr. GRPO): sum_it l_it / (N * max_new_tokens)
+
+Gradient accumulation: every aggregation is "a sum over completions divided by a batch
+constant". `loss_denominator` computes that constant over the *full* batch; pass it as
+`denominator` to each micro-batch's `grpo_loss` and the micro-batch losses (and gradients) add
+up exactly to the full-batch ones. Left out: entropy bonus, token-level importance sampling
+corrections for a sampler different from the policy (e.g. vLLM in another precision).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+# Each aggregation: (per-token values (N, T), mask (N, T)) -> sum that the denominator divides.
+_NUMERATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "sequence_mean": lambda v, m: ((v * m).sum(1) / m.sum(1).clamp(min=1)).sum(),
+    "token_mean": lambda v, m: (v * m).sum(),
+    "constant": lambda v, m: (v * m).sum(),
+}
+_DENOMINATORS: dict[str, Callable[[Tensor, int], float]] = {
+    "sequence_mean": lambda m, max_new: float(m.shape[0]),
+    "token_mean": lambda m, max_new: max(m.sum().item(), 1.0),
+    "constant": lambda m, max_new: float(m.shape[0] * max_new),
+}
+
+
+def loss_denominator(mask: Tensor, aggregation: str, max_new_tokens: int) -> float:
+    """The batch constant the aggregation divides by; compute it over the full batch."""
+    return _DENOMINATORS[aggregation](mask, max_new_tokens)
+
+
+def grpo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor | None,
+    ref_logprobs: Tensor | None,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_epsilon: float,
+    clip_epsilon_high: float,
+    beta: float,
+    aggregation: str,
+    max_new_tokens: int,
+    denominator: float | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Loss (scalar) and stats; `denominator=None` means this batch is the whole batch."""
+    numerator = _NUMERATORS[aggregation]
+    if denominator is None:
+        denominator = loss_denominator(mask, aggregation, max_new_tokens)
+    old = logprobs.detach() if old_logprobs is None else old_logprobs  # (N, T)
+    ratio = torch.exp(logprobs - old)  # (N, T)
+    adv = advantages.unsqueeze(1)  # (N, 1)
+    clipped = ratio.clamp(1 - clip_epsilon, 1 + clip_epsilon_high)  # (N, T)
+    policy = -torch.min(ratio * adv, clipped * adv)  # (N, T)
+    if ref_logprobs is not None and beta > 0:
+        delta = ref_logprobs - logprobs  # (N, T)
+        kl = torch.exp(delta) - delta - 1  # (N, T)
+    else:
+        kl = torch.zeros_like(logprobs)  # (N, T)
+    policy_loss = numerator(policy, mask) / denominator
+    loss = policy_loss + beta * numerator(kl, mask) / denominator
+    n_tokens = mask.sum().clamp(min=1)
+    low = ((ratio < 1 - clip_epsilon) & (adv < 0)).float()  # (N, T)
+    high = ((ratio > 1 + clip_epsilon_high) & (adv > 0)).float()  # (N, T)
+    stats = {
+        "loss": loss.item(),
+        "policy_loss": policy_loss.item(),
+        "kl": ((kl.detach() * mask).sum() / n_tokens).item(),
+        "clip_ratio_low": ((low * mask).sum() / n_tokens).item(),
+        "clip_ratio_high": ((high * mask).sum() / n_tokens).item(),
+        "clip_ratio": (((low + high) * mask).sum() / n_tokens).item(),
+    }
+    return loss, stats

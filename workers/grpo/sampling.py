@@ -1,0 +1,178 @@
+"""Sampling G completions per prompt from the current policy (GRPO step 2).
+
+A lean decode loop over the Hugging Face model with a KV cache: prompts are left-padded into one
+batch, each prompt repeated G times (group by group), and each step feeds only the last token.
+Per step: logits / temperature, top-k, top-p (nucleus), one multinomial draw from a seeded
+`torch.Generator`. A sequence ends at EOS or at a stop string; the loop stops as soon as every
+sequence has ended or `max_new_tokens` is reached. The completion mask covers the tokens up to
+and including EOS (or the token that completes a stop string); the text is cut just after the
+stop string. `Sampler` is the interface a vLLM backend would implement.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from workers.grpo.config import GenerationParams
+
+Prompt = str | list[dict[str, str]]
+
+
+@dataclass
+class Generation:
+    """A batch of N = P * G completions, group by group."""
+
+    prompt_ids: Tensor  # (N, P) left-padded
+    prompt_mask: Tensor  # (N, P) 1 on prompt tokens
+    completion_ids: Tensor  # (N, T) pad after the end
+    completion_mask: Tensor  # (N, T) float, 1 up to and including EOS / stop
+    texts: list[str]  # N decoded completions, cut after a stop string
+    truncated: Tensor  # (N,) bool: hit max_new_tokens without EOS or stop
+
+
+class Sampler(Protocol):
+    def generate(
+        self, prompts: list[Prompt], group_size: int, params: GenerationParams
+    ) -> Generation: ...
+
+
+def render_prompt(tokenizer: Any, prompt: Prompt) -> tuple[str, bool]:
+    """Prompt text and whether it already holds special tokens (from a chat template)."""
+    if isinstance(prompt, str):
+        return prompt, False
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        return text, True
+    return "\n".join(m["content"] for m in prompt), False
+
+
+def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
+    """Set logits outside the top-k and outside the top-p mass to -inf."""
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (N, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))  # (N, V)
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (N, V)
+        cum = sorted_logits.softmax(-1).cumsum(-1)  # (N, V)
+        drop = cum - sorted_logits.softmax(-1) >= top_p  # (N, V) mass before it already >= p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))  # (N, V)
+        logits = torch.empty_like(logits).scatter_(-1, order, sorted_logits)  # (N, V)
+    return logits
+
+
+def cache_keyword(model: Any) -> str:
+    """The forward() keyword of the KV cache: `cache` (recent transformers) or `past_key_values`."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+class HFSampler:
+    """Generation with a transformers causal LM and its tokenizer, seeded by `generator`."""
+
+    def __init__(self, model: Any, tokenizer: Any, generator: torch.Generator) -> None:
+        self.model, self.tokenizer, self.generator = model, tokenizer, generator
+
+    def encode_prompts(self, prompts: list[Prompt]) -> tuple[Tensor, Tensor]:
+        """Left-padded ids (B, P) and mask (B, P)."""
+        tok, rows = self.tokenizer, [render_prompt(self.tokenizer, p) for p in prompts]
+        ids = [tok(text, add_special_tokens=not templated)["input_ids"] for text, templated in rows]
+        width = max(len(r) for r in ids)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        out = torch.full((len(ids), width), pad, dtype=torch.long)  # (B, P)
+        mask = torch.zeros((len(ids), width), dtype=torch.long)  # (B, P)
+        for i, r in enumerate(ids):
+            out[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r) :] = 1
+        return out, mask
+
+    @torch.no_grad()
+    def generate(
+        self, prompts: list[Prompt], group_size: int, params: GenerationParams
+    ) -> Generation:
+        device = self.model.device
+        prompt_ids, prompt_mask = self.encode_prompts(prompts)
+        prompt_ids = prompt_ids.repeat_interleave(group_size, 0).to(device)  # (N, P)
+        prompt_mask = prompt_mask.repeat_interleave(group_size, 0).to(device)  # (N, P)
+        tokens, ended, stopped = self._decode(prompt_ids, prompt_mask, params)
+        return self._finish(prompt_ids, prompt_mask, tokens, ended, stopped, params)
+
+    def _decode(
+        self, prompt_ids: Tensor, prompt_mask: Tensor, params: GenerationParams
+    ) -> tuple[Tensor, Tensor, list[int | None]]:
+        """Sampled tokens (N, T), ended flags (N,), per-row length at a stop string."""
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        pad = eos if pad is None else pad
+        n = prompt_ids.shape[0]
+        mask = prompt_mask  # (N, P + t)
+        positions = (prompt_mask.cumsum(1) - 1).clamp(min=0)  # (N, P)
+        inputs, cache, out, cache_kw = prompt_ids, None, [], cache_keyword(self.model)
+        ended = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)  # (N,)
+        stop_len: list[int | None] = [None] * n
+        for t in range(params.max_new_tokens):
+            res = self.model(
+                input_ids=inputs,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=1,
+                **{cache_kw: cache},
+            )
+            cache = res[cache_kw]
+            logits = res.logits[:, -1].float() / params.temperature  # (N, V)
+            logits = filter_logits(logits, params.top_k, params.top_p)  # (N, V)
+            probs = logits.softmax(-1)  # (N, V)
+            nxt = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)  # (N,)
+            nxt = torch.where(ended, torch.full_like(nxt, pad), nxt)  # (N,)
+            out.append(nxt)
+            ended |= nxt == eos
+            if params.stop:
+                self._check_stops(torch.stack(out, 1), ended, stop_len, params.stop, t + 1)
+            if bool(ended.all()):
+                break
+            inputs = nxt.unsqueeze(1)  # (N, 1)
+            positions = positions[:, -1:] + 1  # (N, 1)
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)  # (N, P + t + 1)
+        return torch.stack(out, 1), ended, stop_len  # (N, T)
+
+    def _check_stops(
+        self, tokens: Tensor, ended: Tensor, stop_len: list[int | None], stops: list[str], t: int
+    ) -> None:
+        """Mark rows whose completion text now contains a stop string (decoding a tail window)."""
+        window = 2 * max(len(s) for s in stops) + 4
+        for i in (~ended).nonzero().flatten().tolist():
+            text = self.tokenizer.decode(tokens[i, -window:], skip_special_tokens=True)
+            if any(s in text for s in stops):
+                ended[i], stop_len[i] = True, t
+
+    def _finish(
+        self,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        tokens: Tensor,
+        ended: Tensor,
+        stop_len: list[int | None],
+        params: GenerationParams,
+    ) -> Generation:
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        pad = eos if pad is None else pad
+        n, width = tokens.shape
+        is_eos = tokens == eos  # (N, T)
+        first_eos = torch.where(is_eos.any(1), is_eos.float().argmax(1) + 1, width)  # (N,)
+        lengths = [stop_len[i] or int(first_eos[i]) for i in range(n)]
+        steps = torch.arange(width, device=tokens.device)  # (T,)
+        length_t = torch.tensor(lengths, device=tokens.device)  # (N,)
+        mask = (steps.unsqueeze(0) < length_t.unsqueeze(1)).float()  # (N, T)
+        tokens = tokens.masked_fill(mask == 0, pad)  # (N, T)
+        texts = [self._cut(tokens[i, : lengths[i]], params.stop) for i in range(n)]
+        truncated = ~ended  # (N,)
+        return Generation(prompt_ids, prompt_mask, tokens, mask, texts, truncated.cpu())
+
+    def _cut(self, ids: Tensor, stops: list[str]) -> str:
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        ends = [text.find(s) + len(s) for s in stops if s in text]
+        return text[: min(ends)] if ends else text

@@ -1,0 +1,176 @@
+"""Run one job on this worker: claim it, train through the engine, record every outcome.
+
+Called by the Celery task with nothing but the job id. Every write goes through the fenced
+helpers in `lease`, so a run that lost its claim can change nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from service.db import session_scope
+from service.ids import new_id
+from service.models import Checkpoint, Dataset, Job
+from service.settings import Settings, get_settings
+from service.storage import ObjectStorage, open_storage_from_settings
+from workers.jobs import lease
+from workers.jobs.archive import extract_tar, make_tar
+from workers.jobs.scorers import open_scorers, records_from_jsonl
+
+log = logging.getLogger(__name__)
+
+
+class JobRun:
+    """One claimed attempt at a job: holds the epoch and turns engine callbacks into writes."""
+
+    def __init__(self, job: Job, epoch: int, settings: Settings, storage: ObjectStorage) -> None:
+        self.job_id, self.tenant_id, self.epoch = job.id, job.tenant_id, epoch
+        self.settings, self.storage = settings, storage
+        self.lost = threading.Event()
+        self.cancel_requested = threading.Event()
+        self._stop_heartbeat = threading.Event()
+
+    # -- engine hooks -------------------------------------------------------------------
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        self._fenced(lease.record_step, step, metrics)
+
+    def on_checkpoint(self, step: int, directory: Path) -> None:
+        tar_path, sha256, size = make_tar(directory)
+        key = f"tenants/{self.tenant_id}/jobs/{self.job_id}/e{self.epoch}/step-{step}.tar"
+        try:
+            self.storage.put_file(key, tar_path)  # in place before the row points at it
+        finally:
+            tar_path.unlink(missing_ok=True)
+        fmt = "peft-adapter" if (directory / "adapter_config.json").exists() else "full"
+        row = Checkpoint(
+            id=new_id("ckpt"),
+            job_id=self.job_id,
+            step=step,
+            epoch=self.epoch,
+            object_key=key,
+            size_bytes=size,
+            sha256=sha256,
+            format=fmt,
+        )
+        self._fenced(lease.record_checkpoint, row)
+
+    def should_stop(self) -> bool:
+        return self.lost.is_set() or self.cancel_requested.is_set() or self._poll_cancel()
+
+    def on_event(self, type_: str, message: str, data: dict[str, Any]) -> None:
+        from service.jobs.events import add_event
+
+        with session_scope() as session:
+            lease.fence(session, self.job_id, self.epoch, self.settings.lease_seconds)
+            add_event(session, self.job_id, type_, message, data)
+
+    # -- lease upkeep -------------------------------------------------------------------
+    def _fenced(self, write: Any, *args: Any) -> None:
+        try:
+            with session_scope() as session:
+                write(session, self.job_id, self.epoch, self.settings.lease_seconds, *args)
+        except lease.LeaseLost:
+            self.lost.set()
+            raise
+
+    def _poll_cancel(self) -> bool:
+        with session_scope() as session:
+            status = session.scalar(select(Job.status).where(Job.id == self.job_id))
+        if status == "cancelling":
+            self.cancel_requested.set()
+        return self.cancel_requested.is_set()
+
+    def _heartbeat(self) -> None:
+        while not self._stop_heartbeat.wait(self.settings.heartbeat_seconds):
+            try:
+                with session_scope() as session:
+                    status = lease.fence(
+                        session, self.job_id, self.epoch, self.settings.lease_seconds
+                    )
+                if status == "cancelling":
+                    self.cancel_requested.set()
+            except lease.LeaseLost:
+                log.warning("job %s epoch %s lost its lease; stopping", self.job_id, self.epoch)
+                self.lost.set()
+                return
+            except Exception:  # database unreachable: keep trying until the lease runs out
+                log.exception("heartbeat for job %s failed", self.job_id)
+
+    def start_heartbeat(self) -> threading.Thread:
+        thread = threading.Thread(target=self._heartbeat, name=f"lease-{self.job_id}", daemon=True)
+        thread.start()
+        return thread
+
+    def stop_heartbeat(self) -> None:
+        self._stop_heartbeat.set()
+
+    def finish(self, status: str, error: dict[str, Any] | None = None) -> None:
+        with session_scope() as session:
+            lease.finish(session, self.job_id, self.epoch, status, error)
+
+
+def run_job(job_id: str, settings: Settings | None = None) -> None:
+    settings = settings or get_settings()
+    with session_scope() as session:
+        epoch = lease.claim(session, job_id, settings.lease_seconds)
+        if epoch is None:
+            log.info("job %s is not claimable (taken, finished or cancelled); dropping", job_id)
+            return
+        job = session.get(Job, job_id)
+        assert job is not None
+        session.expunge(job)
+    storage = open_storage_from_settings(settings)
+    run = JobRun(job, epoch, settings, storage)
+    work_dir = settings.data_path / "work" / job_id / f"e{epoch}"
+    run.start_heartbeat()
+    try:
+        _train(run, job, storage, work_dir)
+    except lease.LeaseLost:
+        log.warning("job %s epoch %s: lease lost, this run writes nothing more", job_id, epoch)
+    except Exception as exc:  # every failure ends the job with its reason
+        log.exception("job %s failed", job_id)
+        code = getattr(exc, "code", None) or type(exc).__name__
+        run.finish("failed", {"code": str(code), "message": str(exc)[:2000]})
+    finally:
+        run.stop_heartbeat()
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _train(run: JobRun, job: Job, storage: ObjectStorage, work_dir: Path) -> None:
+    from workers.grpo.config import TrainSpec
+    from workers.grpo.trainer import TrainHooks, train
+
+    spec = TrainSpec.model_validate(
+        {k: job.spec[k] for k in TrainSpec.model_fields if k in job.spec}
+    )
+    with session_scope() as session:
+        dataset = session.get(Dataset, job.dataset_id)
+        assert dataset is not None
+        records = records_from_jsonl(storage.get_bytes(dataset.object_key))
+        latest = session.scalar(
+            select(Checkpoint).where(Checkpoint.job_id == job.id).order_by(Checkpoint.step.desc())
+        )
+    resume_from = None
+    if latest is not None:  # a previous attempt committed a checkpoint: continue from it
+        resume_from = work_dir / "resume"
+        archive = work_dir / "resume.tar"
+        work_dir.mkdir(parents=True, exist_ok=True)
+        storage.download_file(latest.object_key, archive)
+        extract_tar(archive, resume_from)
+    hooks = TrainHooks(
+        on_step=run.on_step,
+        on_checkpoint=run.on_checkpoint,
+        should_stop=run.should_stop,
+        on_event=run.on_event,
+    )
+    with open_scorers(job.tenant_id, job.spec["verifiers"]) as scorers:
+        result = train(spec, records, scorers, work_dir / "train", hooks, resume_from=resume_from)
+    if run.lost.is_set():
+        return
+    run.finish("cancelled" if result.stopped else "succeeded")

@@ -1,0 +1,58 @@
+"""The job's pinned verifier versions, opened as weighted scorers for the engine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+
+from service.db import session_scope
+from service.models import VerifierVersion
+from workers.verifiers import Verifier, open_verifier
+
+
+@dataclass
+class WeightedVerifier:
+    """Adapts a verifier to the engine's Scorer protocol (name, weight, score)."""
+
+    name: str
+    weight: float
+    verifier: Verifier
+
+    def score(self, samples: list[dict[str, Any]]) -> tuple[list[float | None], list[str | None]]:
+        return self.verifier.score(samples)
+
+
+@contextmanager
+def open_scorers(tenant_id: str, pinned: list[dict[str, Any]]) -> Iterator[list[WeightedVerifier]]:
+    with session_scope() as session:
+        rows = []
+        for ref in pinned:
+            row = session.scalar(
+                select(VerifierVersion).where(
+                    VerifierVersion.tenant_id == tenant_id,
+                    VerifierVersion.name == ref["name"],
+                    VerifierVersion.version == ref["version"],
+                )
+            )
+            if row is None:
+                raise LookupError(f"verifier {ref['name']} version {ref['version']} is gone")
+            session.expunge(row)
+            rows.append((row, float(ref.get("weight", 1.0))))
+    with ExitStack() as stack:
+        yield [
+            WeightedVerifier(
+                name=row.name,
+                weight=weight,
+                verifier=stack.enter_context(open_verifier(row.kind, row.config, name=row.name)),
+            )
+            for row, weight in rows
+        ]
+
+
+def records_from_jsonl(data: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
