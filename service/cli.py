@@ -13,7 +13,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help=__doc__, pretty_exceptions_enable=False
+)
 console = Console(stderr=True)
 
 HostOpt = Annotated[str, typer.Option(help="Interface to bind.")]

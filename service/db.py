@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.settings import get_settings
@@ -15,6 +16,9 @@ from service.settings import get_settings
 
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
+        database = make_url(url).database
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 60})
 
         @event.listens_for(engine, "connect")
@@ -32,10 +36,7 @@ def make_engine(url: str) -> Engine:
 
 @lru_cache
 def get_engine() -> Engine:
-    settings = get_settings()
-    if settings.database_url is None:
-        settings.data_path.mkdir(parents=True, exist_ok=True)
-    return make_engine(settings.effective_database_url)
+    return make_engine(get_settings().effective_database_url)
 
 
 @lru_cache

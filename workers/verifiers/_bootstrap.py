@@ -17,6 +17,7 @@ Protocol (every frame is a 4-byte big-endian length followed by UTF-8 JSON):
 rlimits are applied before the user source is compiled or run.
 """
 
+import contextlib
 import json
 import math
 import numbers
@@ -84,7 +85,7 @@ def _set_limits(limits):
 
 
 def _arm_cpu(timeout_s, hard):
-    """Soft CPU limit for one batch (SIGXCPU kills the child); the hard limit is the lifetime cap."""
+    """Soft CPU limit for one batch (SIGXCPU kills the child); the hard limit is for life."""
     soft = int(math.ceil(_cpu_used() + timeout_s)) + 1
     if hard is not None:
         soft = min(soft, int(hard))
@@ -107,7 +108,11 @@ def _safe_repr(v):
 
 
 def _classify(value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    # Real numbers (int, float, Fraction, numpy scalars) and Decimal; not bool, not complex.
+    real = isinstance(value, numbers.Real) or (
+        isinstance(value, numbers.Number) and not isinstance(value, numbers.Complex)
+    )
+    if isinstance(value, bool) or not real:
         return {"t": type(value).__name__, "r": _safe_repr(value)}
     try:
         return {"v": float(value)}
@@ -190,7 +195,7 @@ def main():
         if not callable(fn):
             raise TypeError(f"`{entry}` is not callable")
         call = _make_caller(fn, entry)
-    except BaseException as exc:  # noqa: BLE001 - includes SystemExit from user code
+    except BaseException as exc:  # includes SystemExit from user code
         write({"n": nonce, "load_error": _error_text(exc)})
         return
     write({"n": nonce, "ready": True})
@@ -203,14 +208,12 @@ def main():
         b = batch["b"]
         timeout_s = float(batch.get("timeout_s") or 10.0)
         if cpu_hard is not None:
-            try:
+            with contextlib.suppress(ValueError, OSError):
                 _arm_cpu(timeout_s, cpu_hard)
-            except (ValueError, OSError):
-                pass
         for i, sample in enumerate(batch["items"]):
             try:
                 out = _classify(call(sample))
-            except BaseException as exc:  # noqa: BLE001 - SystemExit too; KeyboardInterrupt
+            except BaseException as exc:  # SystemExit too; KeyboardInterrupt
                 out = {"e": _error_text(exc)}
             out.update(n=nonce, b=b, i=i)
             write(out)

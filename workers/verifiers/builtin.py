@@ -47,7 +47,7 @@ class FunctionVerifier(BaseVerifier):
             except _MissingField as exc:
                 scores.append(None)
                 errors.append(str(exc))
-            except Exception as exc:  # noqa: BLE001 - reported per item
+            except Exception as exc:  # reported per item
                 scores.append(None)
                 errors.append(f"{type(exc).__name__}: {exc}"[:500])
             else:

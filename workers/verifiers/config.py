@@ -7,7 +7,6 @@ This module is imported by the API process, so it must stay free of torch, FastA
 from __future__ import annotations
 
 import ast
-import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -180,8 +179,22 @@ class RegexConfig(_Config):
     pattern: Annotated[str, Strict(), Field(min_length=1, max_length=MAX_PATTERN_CHARS)]
     mode: Literal["search", "fullmatch"] = "search"
     field: FieldName | None = None
-    group: Annotated[int, Strict(), Field(ge=0)] | SStr = 0
+    group: int | str = 0
     flags: list[Literal["IGNORECASE", "MULTILINE", "DOTALL"]] = []
+
+    @field_validator("pattern")
+    @classmethod
+    def _check_pattern(cls, v: str) -> str:
+        if message := _pattern_error(v, 0):
+            raise _custom("regex_pattern", message)
+        return v
+
+    @field_validator("group", mode="plain")
+    @classmethod
+    def _check_group(cls, v: Any) -> int | str:
+        if (isinstance(v, int) and not isinstance(v, bool) and v >= 0) or isinstance(v, str):
+            return v
+        raise _custom("group", "group must be a group number (>= 0) or a group name")
 
     def compiled(self) -> re.Pattern[str]:
         flags = 0
@@ -211,14 +224,23 @@ MODELS: dict[str, type[_Config]] = {
 }
 
 
+def _pattern_error(pattern: str, flags: int) -> str | None:
+    try:
+        re.compile(pattern, flags)
+    except re.error as exc:
+        where = f" at position {exc.pos}" if exc.pos is not None else ""
+        return f"re.error: {exc.msg}{where}"
+    except (RecursionError, OverflowError, MemoryError) as exc:
+        return f"pattern does not compile: {type(exc).__name__}"
+    return None
+
+
 def _regex_errors(cfg: RegexConfig) -> list[tuple[ErrorPath, str]]:
     try:
         pattern = cfg.compiled()
-    except re.error as exc:
-        where = f" at position {exc.pos}" if exc.pos is not None else ""
-        return [(("pattern",), f"re.error: {exc.msg}{where}")]
-    except (RecursionError, OverflowError, MemoryError) as exc:
-        return [(("pattern",), f"pattern does not compile: {type(exc).__name__}")]
+    except Exception:  # only the flags can make a pattern that compiled alone fail now
+        message = _pattern_error(cfg.pattern, sum(REGEX_FLAGS[f] for f in cfg.flags))
+        return [(("pattern",), message or "pattern does not compile with these flags")]
     g = cfg.group
     if isinstance(g, int) and g > pattern.groups:
         return [(("group",), f"group {g} does not exist; the pattern has {pattern.groups}")]
@@ -251,7 +273,3 @@ def validate_config(kind: str, config: dict) -> dict:
     Raises VerifierConfigError listing every bad field as ((path...), message).
     """
     return parse_config(kind, config).model_dump(mode="json")
-
-
-def is_finite_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)

@@ -12,6 +12,7 @@ wrap it (bubblewrap, seccomp) without touching the protocol.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -166,23 +167,17 @@ class PythonVerifier(BaseVerifier):
         if child is None:
             return None
         proc = child.proc
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)  # the group id is the child's pid
-        except (ProcessLookupError, PermissionError):
-            pass
         try:
             rc = proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not hang
             rc = None
-        try:
+        with contextlib.suppress(OSError):
             if proc.stdin is not None:
                 proc.stdin.close()
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(OSError):
             os.close(child.result_fd)
-        except OSError:
-            pass
         shutil.rmtree(child.workdir, ignore_errors=True)
         return rc
 
@@ -192,10 +187,8 @@ class PythonVerifier(BaseVerifier):
             self._kill()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self._kill()
-        except Exception:
-            pass
 
     # ------------------------------------------------------------------ scoring
 

@@ -22,7 +22,12 @@ def test_exact_match_defaults():
     scores, errors = run(
         "exact_match",
         {},
-        [s(" 42\n", answer="42"), s("42", answer="43"), s("Paris", answer="paris"), s("7", answer=7)],
+        [
+            s(" 42\n", answer="42"),
+            s("42", answer="43"),
+            s("Paris", answer="paris"),
+            s("7", answer=7),
+        ],
     )
     assert scores == [1.0, 0.0, 0.0, 1.0]
     assert errors == [None] * 4
@@ -30,7 +35,9 @@ def test_exact_match_defaults():
 
 def test_exact_match_options():
     cfg = {"case_sensitive": False, "normalize_whitespace": True, "field": "gold"}
-    scores, _ = run("exact_match", cfg, [s("New   York\n", gold="new york"), s("NewYork", gold="new york")])
+    scores, _ = run(
+        "exact_match", cfg, [s("New   York\n", gold="new york"), s("NewYork", gold="new york")]
+    )
     assert scores == [1.0, 0.0]
     scores, _ = run("exact_match", {"strip": False}, [s(" 42", answer="42"), s("42", answer="42")])
     assert scores == [0.0, 1.0]

@@ -68,7 +68,9 @@ def test_python_indentation_error_reports_line():
 
 def test_python_compile_only_errors_are_caught():
     # `return` outside a function parses but does not compile
-    msg = error_for("python", {"source": "def verify(p, c):\n    return 1\nreturn 2\n"}).errors[0][1]
+    msg = error_for("python", {"source": "def verify(p, c):\n    return 1\nreturn 2\n"}).errors[0][
+        1
+    ]
     assert "SyntaxError" in msg and "line 3" in msg
 
 
@@ -172,6 +174,11 @@ def test_regex_bad_pattern_reports_re_error():
         ({"pattern": "a", "flags": ["VERBOSE"]}, ("flags", 0)),
         ({"pattern": "(a)", "group": 2}, ("group",)),
         ({"pattern": "(?P<x>a)", "group": "y"}, ("group",)),
+        ({"pattern": "(a)", "group": -1}, ("group",)),
+        ({"pattern": "(a)", "group": True}, ("group",)),
+        ({"pattern": "(a)", "group": 1.0}, ("group",)),
+        ({"pattern": "(a", "mode": "x"}, ("mode",)),
+        ({"pattern": "(a", "mode": "x"}, ("pattern",)),
     ],
 )
 def test_regex_invalid_fields(config, path):
@@ -179,7 +186,11 @@ def test_regex_invalid_fields(config, path):
 
 
 def test_numeric():
-    assert validate_config("numeric", {}) == {"field": "answer", "tolerance": 1e-6, "relative": False}
+    assert validate_config("numeric", {}) == {
+        "field": "answer",
+        "tolerance": 1e-6,
+        "relative": False,
+    }
     assert paths(error_for("numeric", {"tolerance": -1})) == [("tolerance",)]
     assert paths(error_for("numeric", {"relative": 1})) == [("relative",)]
 
