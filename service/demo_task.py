@@ -10,14 +10,14 @@ import random
 from typing import Any
 
 # reward = share of completion characters equal to the named digit; other digits earn 0.3.
-DIGIT_VERIFIER_SOURCE = '''
+DIGIT_VERIFIER_SOURCE = """
 def verify(prompt, completion, digit, **fields):
     if not completion:
         return 0.0
     target = str(digit)
     points = sum(1.0 if c == target else (0.3 if c.isdigit() else 0.0) for c in completion)
     return points / len(completion)
-'''
+"""
 
 
 def digit_records(n: int = 40, seed: int = 0) -> list[dict[str, Any]]:

@@ -75,7 +75,9 @@ def _wait_ready(svc: RunningService, timeout: float = 90) -> None:
 
 
 @contextmanager
-def run_service(env_extra: dict[str, str], work: Path, *, embedded: bool) -> Iterator[RunningService]:
+def run_service(
+    env_extra: dict[str, str], work: Path, *, embedded: bool
+) -> Iterator[RunningService]:
     """Embedded: `grpo-service up`. Production: `migrate`, then `api` and `worker` apart."""
     port = free_port()
     env = {**os.environ, "GRPO_DATA_DIR": str(work / "data"), **env_extra}

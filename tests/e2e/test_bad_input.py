@@ -1,0 +1,187 @@
+"""Bad input gets a clear problem+json naming the field; failures at training time are visible."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.services import RunningService
+from tests.e2e.test_training_flow import submit_digit_job, wait_final
+
+PROBLEM = "application/problem+json"
+
+
+@pytest.fixture(scope="module")
+def client(embedded_service: RunningService) -> httpx.Client:
+    return embedded_service.client(embedded_service.new_key("bad-input"))
+
+
+def paths(r: httpx.Response) -> list[str]:
+    assert r.headers["content-type"].startswith(PROBLEM), r.text
+    body = r.json()
+    assert {"type", "title", "status", "detail"} <= set(body)
+    return [e["path"] for e in body.get("errors", [])]
+
+
+def _dataset(client: httpx.Client) -> str:
+    r = client.post("/v1/datasets", json={"name": "d", "records": [{"prompt": "Digit 1:"}]})
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def test_job_with_missing_dataset_and_verifier_names_both(client: httpx.Client) -> None:
+    r = client.post(
+        "/v1/jobs",
+        json={"base_model": "m", "dataset": "ds_nope", "verifiers": [{"name": "ghost"}]},
+    )
+    assert r.status_code == 422
+    assert paths(r) == ["$.dataset", "$.verifiers[0].name"]
+    assert "ds_nope" in r.json()["detail"] and "ghost" in r.json()["detail"]
+
+
+def test_job_with_bad_knobs_lists_every_field(client: httpx.Client) -> None:
+    body = {
+        "base_model": "m",
+        "dataset": _dataset(client),
+        "verifiers": [{"name": "x"}],
+        "grpo": {"group_size": 1, "std": "weird", "bogus": 1},
+    }
+    r = client.post("/v1/jobs", json=body)
+    assert r.status_code == 422
+    assert set(paths(r)) == {"$.grpo.group_size", "$.grpo.std", "$.grpo.bogus"}
+
+
+def test_malformed_jsonl_line_is_named(client: httpx.Client) -> None:
+    jsonl = '{"prompt": "ok"}\n{"prompt": \n{"answer": 3}\n'
+    r = client.post(
+        "/v1/datasets", data={"name": "broken"}, files={"file": ("d.jsonl", jsonl.encode())}
+    )
+    assert r.status_code == 422
+    assert paths(r) == ["$.file.line[2]", "$.file.line[3].prompt"]
+    assert "line 2" in r.json()["detail"] and "line 3" in r.json()["detail"]
+    listed = client.get("/v1/datasets").json()["data"]
+    assert all(d["name"] != "broken" for d in listed)  # nothing half-stored
+
+
+def test_json_dataset_records_are_validated(client: httpx.Client) -> None:
+    r = client.post("/v1/datasets", json={"name": "x", "records": [{"prompt": "a"}, {"q": 1}]})
+    assert r.status_code == 422 and paths(r) == ["$.records[1].prompt"]
+    r = client.post(
+        "/v1/datasets", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 422
+
+
+def test_python_verifier_that_does_not_compile_is_refused(client: httpx.Client) -> None:
+    r = client.post(
+        "/v1/verifiers",
+        json={"name": "broken", "kind": "python", "config": {"source": "def verify(:\n"}},
+    )
+    assert r.status_code == 422
+    assert paths(r) == ["$.config.source"]
+    assert "SyntaxError" in r.json()["detail"]
+    assert client.get("/v1/verifiers/broken").status_code == 404
+
+
+def test_verifier_versions_are_immutable_and_numbered(client: httpx.Client) -> None:
+    for answer in ("a", "b"):
+        r = client.post(
+            "/v1/verifiers",
+            json={
+                "name": "em",
+                "kind": "exact_match",
+                "config": {"field": "answer"},
+                "description": answer,
+            },
+        )
+        assert r.status_code == 201, r.text
+    assert client.get("/v1/verifiers/em").json()["version"] == 2
+    assert client.get("/v1/verifiers/em/versions/1").json()["description"] == "a"
+    r = client.post(
+        "/v1/verifiers/em/test",
+        json={
+            "version": 1,
+            "samples": [
+                {"prompt": "p", "completion": "42", "answer": "42"},
+                {"prompt": "p", "completion": "41", "answer": "42"},
+            ],
+        },
+    )
+    assert r.status_code == 200 and r.json()["scores"] == [1.0, 0.0]
+
+
+def test_unknown_routes_and_bad_json_are_problems(client: httpx.Client) -> None:
+    r = client.post("/v1/jobs", content=b"[", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.headers["content-type"].startswith(PROBLEM)
+    assert client.get("/v1/jobs?limit=500").status_code == 422
+    assert client.get("/v1/jobs/job_missing").status_code == 404
+
+
+def test_missing_model_fails_with_reason(
+    embedded_service: RunningService, client: httpx.Client, tmp_path: Path
+) -> None:
+    job = submit_digit_job(client, tmp_path / "no-such-model")
+    final = wait_final(client, job["id"], timeout=120)
+    assert final["status"] == "failed", final
+    assert "no-such-model" in final["error"]["message"], final["error"]
+
+
+def test_verifier_that_raises_is_counted_not_fatal(
+    client: httpx.Client, tiny_model_dir: Path
+) -> None:
+    source = (
+        "def verify(prompt, completion, digit, **kw):\n"
+        "    if digit % 2:\n"
+        "        raise ValueError('odd digits are not supported')\n"
+        "    return 1.0\n"
+    )
+    r = client.post(
+        "/v1/verifiers", json={"name": "flaky", "kind": "python", "config": {"source": source}}
+    )
+    assert r.status_code == 201, r.text
+    records = [{"prompt": f"Digit {d}:", "digit": d} for d in (1, 2, 3, 4)]
+    ds = client.post("/v1/datasets", json={"name": "mixed", "records": records}).json()["id"]
+    r = client.post(
+        "/v1/jobs",
+        json={
+            "base_model": str(tiny_model_dir),
+            "dataset": ds,
+            "verifiers": [{"name": "flaky"}],
+            "grpo": {"steps": 2, "prompts_per_step": 4, "group_size": 2},
+            "generation": {"max_new_tokens": 4},
+        },
+    )
+    assert r.status_code == 201, r.text
+    final = wait_final(client, r.json()["id"], timeout=200)
+    assert final["status"] == "succeeded", final
+    rows = client.get(f"/v1/jobs/{final['id']}/metrics").json()["data"]
+    assert sum(row["errors/flaky"] for row in rows) == 2 * 2 * 2  # 2 odd prompts x G=2 x 2 steps
+
+
+def test_auth(embedded_service: RunningService, client: httpx.Client, tiny_model_dir: Path) -> None:
+    anonymous = embedded_service.client(None)
+    r = anonymous.get("/v1/jobs")
+    assert r.status_code == 401 and r.headers["content-type"].startswith(PROBLEM)
+    assert embedded_service.client("grpo_sk_wrong").get("/v1/jobs").status_code == 401
+
+    ds = _dataset(client)
+    other = embedded_service.client(embedded_service.new_key("someone-else"))
+    assert other.get(f"/v1/datasets/{ds}").status_code == 404
+    assert other.get("/v1/datasets").json()["data"] == []
+    r = client.post(
+        "/v1/jobs",
+        json={"base_model": "/nope", "dataset": ds, "verifiers": [{"name": "em"}]},
+    )
+    job_id = r.json()["id"]
+    for path in (f"/v1/jobs/{job_id}", f"/v1/jobs/{job_id}/metrics", f"/v1/jobs/{job_id}/events"):
+        other_r, missing_r = other.get(path), other.get(path.replace(job_id, "job_00000000"))
+        assert other_r.status_code == missing_r.status_code == 404
+        assert json.loads(other_r.text)["title"] == json.loads(missing_r.text)["title"]
+    assert other.post(f"/v1/jobs/{job_id}/cancel").status_code == 404
+    # the job used dataset ds while live: it cannot be deleted until it ends
+    status = client.get(f"/v1/jobs/{job_id}").json()["status"]
+    if status in ("queued", "running"):
+        assert client.delete(f"/v1/datasets/{ds}").status_code == 409
