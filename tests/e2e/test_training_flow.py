@@ -58,7 +58,7 @@ def submit_digit_job(client: httpx.Client, model: Path, **overrides: Any) -> dic
     r = client.post("/v1/jobs", json=spec)
     assert r.status_code == 201, r.text
     job = r.json()
-    assert job["status"] == "queued" and job["total_steps"] == 4
+    assert job["status"] == "queued" and job["total_steps"] == spec["grpo"]["steps"]
     assert job["spec"]["verifiers"][0]["version"] == 1  # pinned at submission
     return job
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,17 +32,9 @@ from workers.grpo.loss import grpo_loss, loss_denominator
 from workers.grpo.policy import ModelLoadError, Policy, load_policy
 from workers.grpo.sampling import Generation, HFSampler, Sampler
 from workers.grpo.schedule import lr_multiplier
+from workers.grpo.scoring import Scorer, score_completions
 
 __all__ = ["ModelLoadError", "Scorer", "TrainHooks", "TrainResult", "train"]
-
-
-class Scorer(Protocol):
-    """A verifier: per-sample score (None on error) and error text (None if ok)."""
-
-    name: str
-    weight: float
-
-    def score(self, samples: list[dict]) -> tuple[list[float | None], list[str | None]]: ...
 
 
 def _noop(*_: Any) -> None:
@@ -118,7 +110,9 @@ def grpo_step(run: Run) -> dict[str, float]:
     out = run.sampler.generate([r["prompt"] for r in batch], g.group_size, gen)
     t_generated = time.perf_counter()
     # 3. rewards from every verifier
-    rewards, metrics = score(run, batch, out.texts)  # (N,)
+    rewards, metrics = score_completions(
+        run.scorers, batch, out.texts, g.group_size, run.hooks.on_event
+    )  # (N,)
     t_scored = time.perf_counter()
     # 4. group-relative advantages
     advantages = group_advantages(rewards, g.group_size, g.std).to(model.device)  # (N,)
@@ -160,37 +154,6 @@ def grpo_step(run: Run) -> dict[str, float]:
         "training_seconds": t_end - t_scored,
     }
     return metrics
-
-
-def score(run: Run, batch: list[dict], texts: list[str]) -> tuple[Tensor, dict[str, float]]:
-    """Rewards (N,) = sum_k w_k * score_k; an error (None, non-finite) scores 0 and is counted."""
-    group = run.spec.grpo.group_size
-    samples = [
-        {**rec, "completion": text}
-        for i, rec in enumerate(batch)
-        for text in texts[i * group : (i + 1) * group]
-    ]
-    rewards, metrics = torch.zeros(len(samples)), {}  # (N,)
-    for scorer in run.scorers:
-        scores, errors = scorer.score(samples)
-        if len(scores) != len(samples):
-            raise ValueError(
-                f"verifier {scorer.name!r} returned {len(scores)} scores for {len(samples)} samples"
-            )
-        ok = [s is not None and np.isfinite(s) for s in scores]
-        values = torch.tensor([float(s) if good else 0.0 for s, good in zip(scores, ok, strict=True)])  # (N,)
-        rewards += scorer.weight * values  # (N,)
-        n_errors = ok.count(False)
-        metrics[f"reward/{scorer.name}"] = values.mean().item()
-        metrics[f"errors/{scorer.name}"] = float(n_errors)
-        if n_errors:
-            first = next((e for e, good in zip(errors, ok, strict=True) if not good and e), "no score")
-            run.hooks.on_event(
-                "verifier_errors",
-                f"verifier {scorer.name!r} failed on {n_errors}/{len(samples)} completions",
-                {"verifier": scorer.name, "count": n_errors, "first_error": first},
-            )
-    return rewards, metrics
 
 
 def _slices(run: Run, n: int) -> list[slice]:

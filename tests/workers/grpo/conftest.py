@@ -1,0 +1,43 @@
+"""Fixtures of the GRPO engine tests: a tiny local model (built once), a toy digit task."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here must work without a model hub
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ~3M-parameter random-init Llama with a character-level tokenizer."""
+    from workers.grpo.tiny_model import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("grpo-models") / "tiny", seed=0)
+
+
+class DigitScorer:
+    """Share of completion characters equal to the record's digit; other digits earn 0.3."""
+
+    name = "digit"
+    weight = 1.0
+
+    def score(self, samples: list[dict]) -> tuple[list[float | None], list[str | None]]:
+        scores: list[float | None] = []
+        for s in samples:
+            text, digit = s["completion"], str(s["digit"])
+            per_char = [1.0 if c == digit else 0.3 if c.isdigit() else 0.0 for c in text]
+            scores.append(sum(per_char) / len(per_char) if per_char else 0.0)
+        return scores, [None] * len(samples)
+
+
+@pytest.fixture
+def digit_records() -> list[dict]:
+    return [{"prompt": f"Digit {d}:", "digit": d} for d in (3, 7)]
+
+
+@pytest.fixture
+def digit_scorer() -> DigitScorer:
+    return DigitScorer()

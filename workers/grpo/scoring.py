@@ -1,0 +1,62 @@
+"""Rewards of GRPO step 3: r_i = sum_k w_k * score_k(y_i) over every verifier k.
+
+A verifier error (a None score, or a non-finite one) scores 0 for that completion and is counted
+(`errors/<name>`); it is reported through `on_event`, it never stops the run. An exception raised
+by a scorer (e.g. its sandbox budget is spent) propagates and fails the job.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+
+class Scorer(Protocol):
+    """A verifier: per-sample score (None on error) and error text (None if ok)."""
+
+    name: str
+    weight: float
+
+    def score(self, samples: list[dict]) -> tuple[list[float | None], list[str | None]]: ...
+
+
+def _valid(score: float | None) -> bool:
+    return score is not None and math.isfinite(score)
+
+
+def score_completions(
+    scorers: list[Scorer],
+    batch: list[dict],
+    texts: list[str],
+    group_size: int,
+    on_event: Callable[[str, str, dict], None],
+) -> tuple[Tensor, dict[str, float]]:
+    """Rewards (N,) for the N = len(batch) * group_size completions, and reward/error metrics."""
+    samples = [
+        {**rec, "completion": text}
+        for i, rec in enumerate(batch)
+        for text in texts[i * group_size : (i + 1) * group_size]
+    ]
+    rewards, metrics = torch.zeros(len(samples)), {}  # (N,)
+    for scorer in scorers:
+        scores, errors = scorer.score(samples)
+        if len(scores) != len(samples):
+            n, want = len(scores), len(samples)
+            raise ValueError(f"verifier {scorer.name!r} returned {n} scores for {want} samples")
+        values = torch.tensor([float(s) if _valid(s) else 0.0 for s in scores])  # (N,)
+        rewards += scorer.weight * values  # (N,)
+        failed = [i for i, s in enumerate(scores) if not _valid(s)]
+        metrics[f"reward/{scorer.name}"] = values.mean().item()
+        metrics[f"errors/{scorer.name}"] = float(len(failed))
+        if failed:
+            first = (errors[failed[0]] if failed[0] < len(errors) else None) or "no valid score"
+            on_event(
+                "verifier_errors",
+                f"verifier {scorer.name!r} failed on {len(failed)}/{len(samples)} completions",
+                {"verifier": scorer.name, "count": len(failed), "first_error": first},
+            )
+    return rewards, metrics
