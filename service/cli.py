@@ -162,6 +162,7 @@ def make_tiny_model(
 
 def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # worker logs, not tqdm bars
     app()
 
 

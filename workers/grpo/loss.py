@@ -67,7 +67,7 @@ def grpo_loss(
     adv = advantages.unsqueeze(1)  # (N, 1)
     clipped = ratio.clamp(1 - clip_epsilon, 1 + clip_epsilon_high)  # (N, T)
     policy = -torch.min(ratio * adv, clipped * adv)  # (N, T)
-    if ref_logprobs is not None and beta > 0:
+    if ref_logprobs is not None:
         delta = ref_logprobs - logprobs  # (N, T)
         kl = torch.exp(delta) - delta - 1  # (N, T)
     else:

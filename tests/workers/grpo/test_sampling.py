@@ -1,0 +1,116 @@
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from workers.grpo.config import GenerationParams
+from workers.grpo.logprobs import completion_logprobs
+from workers.grpo.sampling import Generation, HFSampler, render_prompt
+
+PROMPTS = ["Digit 7:", [{"role": "user", "content": "Say a digit"}]]
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer(tiny_model: Path):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    # Make EOS likely (~11% a token) so that sequences end at different steps.
+    bias = torch.zeros(model.config.vocab_size)
+    bias[tokenizer.eos_token_id] = 2.5
+    model.lm_head.register_forward_hook(lambda _m, _i, out: out + bias)
+    return model, tokenizer
+
+
+def _generate(model_and_tokenizer, seed: int = 0, **params) -> Generation:
+    model, tokenizer = model_and_tokenizer
+    sampler = HFSampler(model, tokenizer, torch.Generator().manual_seed(seed))
+    return sampler.generate(PROMPTS, 4, GenerationParams(max_new_tokens=12, **params))
+
+
+def test_shapes_and_mask_up_to_and_including_eos(model_and_tokenizer) -> None:
+    _, tokenizer = model_and_tokenizer
+    out = _generate(model_and_tokenizer)
+    n, width = out.completion_ids.shape
+    assert n == 8 and width <= 12
+    assert out.prompt_ids.shape == out.prompt_mask.shape and out.prompt_ids.shape[0] == 8
+    assert out.prompt_mask[:, -1].all()  # left padding
+    assert out.completion_mask.shape == (n, width) and len(out.texts) == n
+    for i in range(n):
+        ids, mask = out.completion_ids[i], out.completion_mask[i]
+        eos = (ids == tokenizer.eos_token_id).nonzero().flatten().tolist()
+        if eos:
+            assert mask[: eos[0] + 1].all() and not mask[eos[0] + 1 :].any()
+            assert not out.truncated[i]
+        else:
+            assert mask.all() and width == 12 and out.truncated[i]
+        assert out.texts[i] == tokenizer.decode(ids[mask == 1], skip_special_tokens=True)
+    assert 0 < out.truncated.sum() < n  # the bias makes both cases occur
+
+
+def test_stop_strings_cut_text_and_mask(model_and_tokenizer) -> None:
+    _, tokenizer = model_and_tokenizer
+    stops = list("abcdefghij")
+    out = _generate(model_and_tokenizer, stop=stops)
+    cut = 0
+    for i, text in enumerate(out.texts):
+        if any(s in text for s in stops):
+            cut += 1
+            assert text[-1] in stops and not any(s in text[:-1] for s in stops)
+            kept = out.completion_ids[i][out.completion_mask[i] == 1]
+            assert tokenizer.decode(kept, skip_special_tokens=True) == text
+            assert not out.truncated[i]
+    assert cut > 0
+
+
+def test_same_seed_same_completions(model_and_tokenizer) -> None:
+    a = _generate(model_and_tokenizer, seed=3, top_k=20, top_p=0.9, temperature=0.8)
+    b = _generate(model_and_tokenizer, seed=3, top_k=20, top_p=0.9, temperature=0.8)
+    c = _generate(model_and_tokenizer, seed=4, top_k=20, top_p=0.9, temperature=0.8)
+    assert torch.equal(a.completion_ids, b.completion_ids) and a.texts == b.texts
+    assert a.texts != c.texts
+
+
+def test_prompt_rendering(model_and_tokenizer) -> None:
+    _, tokenizer = model_and_tokenizer
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    assert render_prompt(tokenizer, "plain") == ("plain", False)
+    assert render_prompt(tokenizer, messages) == ("Be brief.\nHi", False)
+
+
+def test_logprobs_match_an_unpadded_forward(model_and_tokenizer) -> None:
+    model, _ = model_and_tokenizer
+    out = _generate(model_and_tokenizer, temperature=0.7)
+    lp, entropy = completion_logprobs(
+        model,
+        out.prompt_ids,
+        out.prompt_mask,
+        out.completion_ids,
+        out.completion_mask,
+        0.7,
+        with_entropy=True,
+    )
+    assert lp.shape == entropy.shape == out.completion_ids.shape
+    for i in (0, 5):  # a long prompt and a left-padded short one
+        prompt = out.prompt_ids[i][out.prompt_mask[i] == 1]
+        length = int(out.completion_mask[i].sum())
+        ids = torch.cat([prompt, out.completion_ids[i, :length]])[None]
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(prompt) - 1 : -1] / 0.7
+        want = logits.log_softmax(-1).gather(-1, ids[0, len(prompt) :, None]).squeeze(-1)
+        torch.testing.assert_close(lp[i, :length].detach(), want, atol=1e-5, rtol=0)
+    assert (entropy > 0).all()
+
+
+def test_chat_template_is_used_when_present(model_and_tokenizer) -> None:
+    _, tokenizer = model_and_tokenizer
+    saved = tokenizer.chat_template
+    tokenizer.chat_template = (
+        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}"
+    )
+    try:
+        text, templated = render_prompt(tokenizer, [{"role": "user", "content": "Hi"}])
+    finally:
+        tokenizer.chat_template = saved
+    assert (text, templated) == ("<user>Hi\n<assistant>", True)
