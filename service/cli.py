@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+
+from service.supervisor import Supervisor, api_command, worker_command
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help=__doc__, pretty_exceptions_enable=False
@@ -20,69 +18,9 @@ console = Console(stderr=True)
 
 HostOpt = Annotated[str, typer.Option(help="Interface to bind.")]
 PortOpt = Annotated[int, typer.Option(help="Port to listen on.")]
-
-
-def _api_command(host: str, port: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "service.main:app",
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--no-access-log",
-    ]
-
-
-def _worker_command(queue: str) -> list[str]:
-    # One job per GPU, a fresh child per job; no broadcast features (the embedded broker has none).
-    return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "workers.celery_app",
-        "worker",
-        "-Q",
-        queue,
-        "-c",
-        "1",
-        "--max-tasks-per-child",
-        "1",
-        "--without-gossip",
-        "--without-mingle",
-        "--without-heartbeat",
-        "--loglevel",
-        "INFO",
-    ]
-
-
-def _supervise(commands: list[list[str]]) -> int:
-    """Run the processes until one exits or we get SIGINT/SIGTERM, then stop them all."""
-    procs = [subprocess.Popen(cmd) for cmd in commands]
-    stopping = False
-
-    def _stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    while not stopping and all(p.poll() is None for p in procs):
-        time.sleep(0.2)
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    return 0 if stopping else max((p.returncode or 0) for p in procs) or 1
+GraceOpt = Annotated[
+    float, typer.Option(help="Seconds a stopping worker gets to checkpoint and hand back its job.")
+]
 
 
 @app.command()
@@ -97,17 +35,21 @@ def migrate() -> None:
 @app.command()
 def api(host: HostOpt = "127.0.0.1", port: PortOpt = 8000) -> None:
     """Run the REST API (uvicorn)."""
-    raise typer.Exit(_supervise([_api_command(host, port)]))
+    raise typer.Exit(Supervisor([api_command(host, port)]).run())
 
 
 @app.command()
-def worker(queue: Annotated[str, typer.Option(help="Queue to consume.")] = "gpu") -> None:
-    """Run a Celery training worker (one job at a time)."""
-    raise typer.Exit(_supervise([_worker_command(queue)]))
+def worker(
+    queue: Annotated[str, typer.Option(help="Queue to consume.")] = "gpu",
+    grace_seconds: GraceOpt = 600.0,
+) -> None:
+    """Run a Celery training worker (one job at a time) and the reconciler."""
+    supervisor = Supervisor([worker_command(queue)], grace_seconds=grace_seconds, reconcile=True)
+    raise typer.Exit(supervisor.run())
 
 
 @app.command()
-def up(host: HostOpt = "127.0.0.1", port: PortOpt = 8000) -> None:
+def up(host: HostOpt = "127.0.0.1", port: PortOpt = 8000, grace_seconds: GraceOpt = 600.0) -> None:
     """Embedded mode: migrate, then run the API and one worker together until Ctrl-C/SIGTERM."""
     from service.migrate import upgrade
     from service.settings import get_settings
@@ -116,7 +58,8 @@ def up(host: HostOpt = "127.0.0.1", port: PortOpt = 8000) -> None:
     upgrade()
     mode = "embedded" if settings.embedded else "production"
     console.print(f"grpo-service up ({mode}) on http://{host}:{port}, data in {settings.data_path}")
-    raise typer.Exit(_supervise([_api_command(host, port), _worker_command("gpu")]))
+    commands = [api_command(host, port), worker_command("gpu")]
+    raise typer.Exit(Supervisor(commands, grace_seconds=grace_seconds, reconcile=True).run())
 
 
 @app.command("create-api-key")

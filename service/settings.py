@@ -27,6 +27,11 @@ class Settings(BaseSettings):
         60.0, gt=0, description="A worker's claim on a job lasts this long."
     )
     heartbeat_seconds: float = Field(10.0, gt=0, description="How often a worker renews its lease.")
+    reconcile_seconds: float = Field(15.0, gt=0, description="How often the reconciler runs.")
+    requeue_after_seconds: float = Field(
+        60.0, gt=0, description="Re-enqueue a queued job whose message seems lost after this long."
+    )
+    max_attempts: int = Field(3, ge=1, description="Claims a job gets before it fails for good.")
     max_request_bytes: int = Field(64 << 20, description="Largest accepted request body.")
     max_dataset_records: int = Field(1_000_000, description="Most records in one dataset.")
     allow_unsafe_verifiers: bool = Field(

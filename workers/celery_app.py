@@ -17,7 +17,8 @@ TRAIN_TASK = "grpo.train_job"
 
 def make_celery(settings: Settings) -> Celery:
     app = Celery("grpo", broker=settings.effective_broker_url, include=["workers.tasks"])
-    transport_options: dict[str, object] = {}
+    # A broker that is down must not hang a request: fail fast, the reconciler re-enqueues.
+    transport_options: dict[str, object] = {"socket_connect_timeout": 3, "socket_timeout": 10}
     if settings.broker_url is None:
         # Embedded mode: kombu's filesystem transport, a folder shared by the API and the worker.
         folder = settings.broker_folder
@@ -32,6 +33,8 @@ def make_celery(settings: Settings) -> Celery:
     app.conf.update(
         broker_transport_options=transport_options,
         broker_connection_retry_on_startup=True,
+        broker_connection_timeout=3,
+        task_publish_retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5},
         task_ignore_result=True,
         task_acks_late=False,
         worker_prefetch_multiplier=1,
@@ -53,3 +56,18 @@ def enqueue_training(job_id: str, queue: str = "gpu") -> None:
 
 # `celery -A workers.celery_app worker` looks for this name.
 app = get_celery()
+
+
+def queue_depth(queue: str) -> int | None:
+    """Messages waiting in a queue (None when the broker cannot tell)."""
+    try:
+        with get_celery().connection_for_read() as conn:
+            channel = conn.default_channel
+            # kombu's virtual transports (Redis, filesystem) count without declaring: after a
+            # Redis flush the queue does not exist at all, and that must read as empty.
+            size = getattr(channel, "_size", None)
+            if size is not None:
+                return int(size(queue))
+            return int(channel.queue_declare(queue=queue, passive=True).message_count)
+    except Exception:
+        return None

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-29 22:53:25.230801
+Create Date: 2026-11-29 23:12:06.791192
 """
 
 from collections.abc import Sequence
@@ -113,6 +113,8 @@ def upgrade() -> None:
         sa.Column("epoch", sa.Integer(), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("enqueued_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("queue", sa.String(length=64), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
@@ -168,6 +170,7 @@ def upgrade() -> None:
         "job_metrics",
         sa.Column("job_id", sa.String(length=64), nullable=False),
         sa.Column("step", sa.Integer(), nullable=False),
+        sa.Column("epoch", sa.Integer(), nullable=False),
         sa.Column("metrics", sa.JSON(), nullable=False),
         sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_job_metrics_job_id_jobs")),
         sa.PrimaryKeyConstraint("job_id", "step", name=op.f("pk_job_metrics")),

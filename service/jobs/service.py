@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from sqlalchemy import select
@@ -17,6 +18,8 @@ from service.models import FINAL_STATUSES, Checkpoint, Job, JobEvent, JobMetric
 from service.models.base import utcnow
 from service.verifiers.service import find_version
 from workers.celery_app import enqueue_training
+
+log = logging.getLogger(__name__)
 
 
 def _pin_verifiers(
@@ -58,12 +61,23 @@ def create_job(session: Session, tenant_id: str, body: JobCreate) -> Job:
         status="queued",
         spec=spec,
         total_steps=body.grpo.steps,
+        queue=body.queue,
+        enqueued_at=utcnow(),
     )
     session.add(job)
     session.flush()
     add_event(session, job.id, "status", "job queued", {"status": "queued"})
-    after_commit(session, lambda: enqueue_training(job.id, body.queue))
+    after_commit(session, lambda: _wake_workers(job.id, body.queue))
     return job
+
+
+def _wake_workers(job_id: str, queue: str) -> None:
+    """Send the wake-up; if the broker is down, the committed row is enough: the reconciler
+    enqueues queued jobs whose message never arrived."""
+    try:
+        enqueue_training(job_id, queue)
+    except Exception:
+        log.warning("could not enqueue job %s; the reconciler will retry", job_id, exc_info=True)
 
 
 def get_job(session: Session, tenant_id: str, job_id: str) -> Job:

@@ -31,6 +31,8 @@ class Job(Base):
     epoch: Mapped[int] = mapped_column(Integer, default=0)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     lease_until: Mapped[datetime | None] = mapped_column(default=None)
+    enqueued_at: Mapped[datetime | None] = mapped_column(default=None)
+    queue: Mapped[str] = mapped_column(String(64), default="gpu")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)

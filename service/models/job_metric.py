@@ -11,4 +11,5 @@ class JobMetric(Base):
 
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
     step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    epoch: Mapped[int] = mapped_column(Integer, default=0)  # the run (claim) that wrote it
     metrics: Mapped[dict]

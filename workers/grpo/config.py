@@ -47,6 +47,15 @@ class GRPOParams(_Strict):
     micro_batch_size: int | None = Field(
         None, ge=1, description="Completions per forward/backward; null = the whole batch."
     )
+    mask_truncated_completions: bool = Field(
+        False, description="Completions cut at max_new_tokens get no loss (DAPO overlong filter)."
+    )
+    skip_zero_std_groups: bool = Field(
+        False, description="Dynamic sampling (DAPO): replace groups whose rewards are all equal."
+    )
+    max_resample_rounds: int = Field(
+        4, ge=0, le=64, description="Most extra draws per step when skip_zero_std_groups is on."
+    )
 
     @property
     def clip_high(self) -> float:
@@ -70,6 +79,9 @@ class LoraParams(_Strict):
     alpha: float = Field(32, gt=0)
     dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: str | list[str] = Field("all-linear")
+    export_merged: bool = Field(
+        False, description="Also write merged full weights to `merged/` in every checkpoint."
+    )
 
 
 class TrainSpec(_Strict):

@@ -1,17 +1,18 @@
 """The GRPO training loop (Shao et al., 2024, Algorithm 1, outcome supervision).
 
 Each step: take prompts -> sample G completions per prompt -> score with every verifier
-(r = sum_k w_k * score_k) -> group-relative advantages -> reference log-probs (beta > 0) ->
-for mu = num_iterations passes: clipped-surrogate + k3-KL loss over micro-batches with gradient
-accumulation, grad-norm clip, AdamW step -> lr schedule -> metrics -> checkpoint.
-Left out here: held-out evaluation (`eval_every`), reward-model updates (the paper's iterative
-RL), multi-GPU. Same spec and seed on CPU give the same metrics step for step, also across a
-resume from a checkpoint.
+(r = sum_k w_k * score_k; DAPO dynamic sampling refills zero-spread groups, `rollout.py`) ->
+group-relative advantages -> reference log-probs (beta > 0; none computed at beta = 0) -> for
+mu = num_iterations passes: clipped-surrogate + k3-KL loss over micro-batches with gradient
+accumulation (`update.py`), grad-norm clip, AdamW step -> lr schedule -> metrics -> held-out
+evaluation and the reward-hacking watch (`evaluation.py`) -> checkpoint.
+pi_old is the policy that sampled: scored once before the first update when mu > 1, the
+detached current policy when mu = 1. Left out: reward-model updates (the paper's iterative RL),
+multi-GPU. Same spec and seed on CPU give the same metrics step for step, also across a resume.
 """
 
 from __future__ import annotations
 
-import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -21,18 +22,20 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from workers.grpo.advantages import group_advantages, zero_std_group_fraction
 from workers.grpo.checkpoint import load_trainer_state, rng_state, save_checkpoint, set_rng_state
 from workers.grpo.config import TrainSpec
 from workers.grpo.data import PromptStream
-from workers.grpo.logprobs import completion_logprobs
-from workers.grpo.loss import grpo_loss, loss_denominator
+from workers.grpo.device import autocast_for, default_device
+from workers.grpo.evaluation import HackingWatch, evaluate
+from workers.grpo.loss import loss_denominator
 from workers.grpo.policy import ModelLoadError, Policy, load_policy
-from workers.grpo.sampling import Generation, HFSampler, Sampler
+from workers.grpo.rollout import collect_rollout
+from workers.grpo.sampling import HFSampler, Sampler
 from workers.grpo.schedule import lr_multiplier
-from workers.grpo.scoring import Scorer, score_completions
+from workers.grpo.scoring import Scorer
+from workers.grpo.update import accumulate_gradients, batch_logprobs
 
 __all__ = ["ModelLoadError", "Scorer", "TrainHooks", "TrainResult", "train"]
 
@@ -70,8 +73,15 @@ class Run:
     records: list[dict]
     scorers: list[Scorer]
     hooks: TrainHooks
+    autocast: Callable[[], Any]
     step: int = 0
     params: list[torch.nn.Parameter] = field(default_factory=list)
+    eval_records: list[dict] = field(default_factory=list)
+    eval_scorers: list[Scorer] = field(default_factory=list)
+    watch: HackingWatch = field(default_factory=HackingWatch)
+
+    def draw(self, k: int) -> list[dict]:
+        return [self.records[i] for i in self.stream.take(k)]
 
 
 def train(
@@ -83,15 +93,26 @@ def train(
     *,
     resume_from: Path | None = None,
     device: str | None = None,
+    eval_records: list[dict] | None = None,
+    eval_scorers: list[Scorer] | None = None,
 ) -> TrainResult:
-    """Run `spec.grpo.steps` GRPO steps (from the checkpoint's step + 1 when resuming)."""
+    """Run `spec.grpo.steps` GRPO steps (from the checkpoint's step + 1 when resuming).
+
+    With `eval_records`, the policy is evaluated every `spec.eval_every` steps and at the last
+    step with `eval_scorers` (default: the training `scorers`).
+    """
     run = _setup(spec, records, scorers, hooks, resume_from, device)
+    run.eval_records, run.eval_scorers = list(eval_records or []), list(eval_scorers or scorers)
     last = resume_from
     for step in range(run.step + 1, spec.grpo.steps + 1):
         if hooks.should_stop():
             return TrainResult(run.step, True, last)
         metrics = grpo_step(run)
         run.step = step
+        if run.eval_records:
+            run.watch.observe_step(metrics["reward_mean"])
+            if step % spec.eval_every == 0 or step == spec.grpo.steps:
+                metrics |= _evaluate(run)
         hooks.on_step(step, metrics)
         if step % spec.checkpoint_every == 0 or step == spec.grpo.steps:
             last = _save(run, Path(work_dir) / "checkpoints" / f"step-{step:06d}")
@@ -103,131 +124,97 @@ def grpo_step(run: Run) -> dict[str, float]:
     """One GRPO step; returns its metrics."""
     g, gen, model = run.spec.grpo, run.spec.generation, run.policy.model
     t_start = time.perf_counter()
-    # 1. prompts
-    batch = [run.records[i] for i in run.stream.take(g.prompts_per_step)]
-    # 2. G completions per prompt from the current policy
+    # 1-3. prompts -> G completions each -> rewards (flat groups refilled if asked)
     model.eval()
-    out = run.sampler.generate([r["prompt"] for r in batch], g.group_size, gen)
-    t_generated = time.perf_counter()
-    # 3. rewards from every verifier
-    rewards, metrics = score_completions(
-        run.scorers, batch, out.texts, g.group_size, run.hooks.on_event
-    )  # (N,)
+    with run.autocast():
+        roll = collect_rollout(
+            run.draw, run.sampler, run.scorers, g, gen, _pad_id(run), run.hooks.on_event
+        )
+    out, rewards = roll.generation, roll.rewards  # rewards (N,)
     t_scored = time.perf_counter()
-    # 4. group-relative advantages
+    # 4. group-relative advantages; the tokens that carry loss
     advantages = group_advantages(rewards, g.group_size, g.std).to(model.device)  # (N,)
-    # 5. pi_ref (KL) and, when the batch is reused mu times, pi_old
-    ref, ref_context = run.policy.reference, run.policy.reference_context
-    ref_lp = no_grad_logprobs(run, ref, out, ref_context) if g.beta > 0 else None  # (N, T)
-    old_lp = no_grad_logprobs(run, model, out) if g.num_iterations > 1 else None  # (N, T)
+    loss_mask = out.completion_mask  # (N, T)
+    if g.mask_truncated_completions:
+        keep = (~out.truncated).to(loss_mask.device, loss_mask.dtype)  # (N,)
+        loss_mask = loss_mask * keep.unsqueeze(1)  # (N, T)
+    # 5. pi_ref for the KL (skipped at beta = 0) and pi_old when the batch is reused mu times
+    temp, mb = gen.temperature, g.micro_batch_size
+    ref_lp = old_lp = None
+    if g.beta > 0:
+        ref, ref_ctx = run.policy.reference, run.policy.reference_context
+        with run.autocast():
+            ref_lp = batch_logprobs(ref, out, temp, mb, ref_ctx)  # (N, T)
+    if g.num_iterations > 1:
+        with run.autocast():
+            old_lp = batch_logprobs(model, out, temp, mb)  # (N, T)
     # 6. mu optimisation passes over the batch, in micro-batches
     model.train()
-    denominator = loss_denominator(out.completion_mask, g.loss_aggregation, gen.max_new_tokens)
-    passes = []
+    denominator = loss_denominator(loss_mask, g.loss_aggregation, gen.max_new_tokens)
     learning_rate = run.optimizer.param_groups[0]["lr"]
+    passes = []
     for i in range(g.num_iterations):
-        stats = accumulate_gradients(run, out, advantages, old_lp, ref_lp, denominator, i == 0)
-        grad_norm = torch.nn.utils.clip_grad_norm_(run.params, g.max_grad_norm)
-        stats["grad_norm"] = grad_norm.item()
+        stats = accumulate_gradients(
+            model, out, loss_mask, advantages, old_lp, ref_lp, g, gen, denominator, i == 0,
+            run.autocast,
+        )  # fmt: skip
+        stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(run.params, g.max_grad_norm)
         run.optimizer.step()
         run.optimizer.zero_grad(set_to_none=True)
         passes.append(stats)
     run.scheduler.step()
     t_end = time.perf_counter()
-    # 7. metrics
+    # 7. metrics: every scalar leaves the device here, once
     lengths = out.completion_mask.sum(1)  # (N,)
-    step_seconds = t_end - t_start
-    metrics |= {k: sum(p[k] for p in passes) / len(passes) for k in passes[0] if k != "entropy"}
+    first = roll.first_rewards  # (N,) the first draw: an unbiased estimate of the reward
+    metrics = roll.metrics | {
+        k: sum(_f(p[k]) for p in passes) / len(passes) for k in passes[0] if k != "entropy"
+    }
     metrics |= {
-        "reward_mean": rewards.mean().item(),
-        "reward_std": rewards.std(unbiased=False).item(),
-        "frac_zero_std_groups": zero_std_group_fraction(rewards, g.group_size),
+        "reward_mean": first.mean().item(),
+        "reward_std": first.std(unbiased=False).item(),
+        "frac_zero_std_groups": zero_std_group_fraction(first, g.group_size),
         "advantage_abs_mean": advantages.abs().mean().item(),
-        "entropy": passes[0]["entropy"],
+        "entropy": _f(passes[0]["entropy"]),
         "completion_len_mean": lengths.mean().item(),
         "truncated_frac": out.truncated.float().mean().item(),
         "learning_rate": learning_rate,
-        "step_seconds": step_seconds,
-        "tokens_per_second": lengths.sum().item() / step_seconds,
-        "generation_seconds": t_generated - t_start,
-        "scoring_seconds": t_scored - t_generated,
+        "step_seconds": t_end - t_start,
+        "tokens_per_second": lengths.sum().item() / (t_end - t_start),
         "training_seconds": t_end - t_scored,
     }
     return metrics
 
 
-def _slices(run: Run, n: int) -> list[slice]:
-    size = run.spec.grpo.micro_batch_size or n
-    return [slice(i, i + size) for i in range(0, n, size)]
+def _f(value: Any) -> float:
+    return float(value.item() if isinstance(value, torch.Tensor) else value)
 
 
-@torch.no_grad()
-def no_grad_logprobs(
-    run: Run,
-    model: Any,
-    out: Generation,
-    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-) -> Tensor:
-    """Log-probs (N, T) of the completions under `model` (pi_ref or pi_old), by micro-batch."""
-    temperature = run.spec.generation.temperature
-    chunks = []
-    with context():
-        for s in _slices(run, out.completion_ids.shape[0]):
-            lp, _ = completion_logprobs(
-                model,
-                out.prompt_ids[s],
-                out.prompt_mask[s],
-                out.completion_ids[s],
-                out.completion_mask[s],
-                temperature,
-            )
-            chunks.append(lp)  # (n, T)
-    return torch.cat(chunks)  # (N, T)
+def _pad_id(run: Run) -> int:
+    tok = run.policy.tokenizer
+    return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
 
 
-def accumulate_gradients(
-    run: Run,
-    out: Generation,
-    advantages: Tensor,
-    old_lp: Tensor | None,
-    ref_lp: Tensor | None,
-    denominator: float,
-    with_entropy: bool,
-) -> dict[str, float]:
-    """Backward the loss micro-batch by micro-batch; the summed gradient is the full batch's."""
-    g, mask = run.spec.grpo, out.completion_mask  # (N, T)
-    total_tokens = max(mask.sum().item(), 1.0)
-    stats: dict[str, float] = {}
-    for s in _slices(run, mask.shape[0]):
-        lp, entropy = completion_logprobs(
-            run.policy.model,
-            out.prompt_ids[s],
-            out.prompt_mask[s],
-            out.completion_ids[s],
-            mask[s],
-            run.spec.generation.temperature,
-            with_entropy,
+def _evaluate(run: Run) -> dict[str, float]:
+    """Held-out metrics of this step; emits `reward_hacking_suspected` when the watch fires."""
+    run.policy.model.eval()
+    metrics = evaluate(
+        run.sampler,
+        run.generator,
+        run.eval_records,
+        run.eval_scorers,
+        run.spec.generation,
+        run.hooks.on_event,
+        run.autocast,
+    )
+    alarm = run.watch.observe_eval(metrics["eval_reward_mean"])
+    if alarm is not None:
+        message = (
+            f"training reward rose ({alarm['train_slope']:+.3f}/eval) while held-out reward fell"
+            f" ({alarm['eval_slope']:+.3f}/eval) over the last {alarm['window']} evaluations"
         )
-        loss, mb = grpo_loss(
-            lp,
-            None if old_lp is None else old_lp[s],
-            None if ref_lp is None else ref_lp[s],
-            advantages[s],
-            mask[s],
-            clip_epsilon=g.clip_epsilon,
-            clip_epsilon_high=g.clip_high,
-            beta=g.beta,
-            aggregation=g.loss_aggregation,
-            max_new_tokens=run.spec.generation.max_new_tokens,
-            denominator=denominator,
-        )
-        loss.backward()
-        share = mask[s].sum().item() / total_tokens  # token-weighted means over micro-batches
-        if entropy is not None:
-            mb["entropy"] = (entropy * mask[s]).sum().item() / mask[s].sum().clamp(min=1).item()
-        for k, v in mb.items():
-            stats[k] = stats.get(k, 0.0) + (v if k in ("loss", "policy_loss") else v * share)
-    return stats
+        run.hooks.on_event("reward_hacking_suspected", message, {"step": run.step, **alarm})
+    return metrics
 
 
 def _seed_everything(seed: int) -> None:
@@ -244,7 +231,7 @@ def _setup(
     resume_from: Path | None,
     device: str | None,
 ) -> Run:
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or default_device()
     g = spec.grpo
     _seed_everything(g.seed)
     policy = load_policy(spec, device, resume_from)
@@ -256,24 +243,17 @@ def _setup(
     sampler = HFSampler(policy.model, policy.tokenizer, generator)
     stream = PromptStream(len(records), g.seed)
     run = Run(
-        spec,
-        policy,
-        sampler,
-        generator,
-        optimizer,
-        scheduler,
-        stream,
-        records,
-        scorers,
-        hooks,
-        params=params,
-    )
+        spec, policy, sampler, generator, optimizer, scheduler, stream, records, scorers, hooks,
+        autocast_for(device), params=params,
+    )  # fmt: skip
     if resume_from is not None:
         state = load_trainer_state(Path(resume_from))
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         stream.load_state_dict(state["data"])
         set_rng_state(state["rng"], generator)
+        if "watch" in state:
+            run.watch.load_state_dict(state["watch"])
         run.step = state["step"]
     return run
 
@@ -285,5 +265,6 @@ def _save(run: Run, directory: Path) -> Path:
         "scheduler": run.scheduler.state_dict(),
         "data": run.stream.state_dict(),
         "rng": rng_state(run.generator),
+        "watch": run.watch.state_dict(),
     }
     return save_checkpoint(directory, run.policy.model, run.policy.tokenizer, run.spec, state)

@@ -24,7 +24,7 @@ class LeaseLost(RuntimeError):
     """Another worker holds the job now (or it was finished): this run must write nothing."""
 
 
-def claim(session: Session, job_id: str, lease_seconds: float) -> int | None:
+def claim(session: Session, job_id: str, lease_seconds: float, worker: str = "") -> int | None:
     """Take the job; returns the new epoch, or None when another worker has it or it is done."""
     now = utcnow()
     expired_running = and_(Job.status == "running", Job.lease_until < now)
@@ -41,7 +41,8 @@ def claim(session: Session, job_id: str, lease_seconds: float) -> int | None:
         .returning(Job.epoch)
     )
     if epoch is not None:
-        add_event(session, job_id, "status", "job running", {"status": "running", "epoch": epoch})
+        data = {"status": "running", "epoch": epoch, "worker": worker}
+        add_event(session, job_id, "status", f"job running on {worker or 'a worker'}", data)
     return epoch
 
 
@@ -62,7 +63,7 @@ def record_step(
     session: Session, job_id: str, epoch: int, lease_seconds: float, step: int, metrics: dict
 ) -> None:
     fence(session, job_id, epoch, lease_seconds)
-    session.merge(JobMetric(job_id=job_id, step=step, metrics=metrics))
+    session.merge(JobMetric(job_id=job_id, step=step, epoch=epoch, metrics=metrics))
     session.execute(
         update(Job)
         .where(Job.id == job_id)
@@ -105,3 +106,17 @@ def finish(
     message = f"job {status}" + (f": {error['message']}" if error else "")
     add_event(session, job_id, "status", message, {"status": status, "error": error})
     return True
+
+
+def release(session: Session, job_id: str, epoch: int) -> bool:
+    """Hand a running job back to the queue (graceful shutdown); True if it was still ours."""
+    done = session.scalar(
+        update(Job)
+        .where(Job.id == job_id, Job.epoch == epoch, Job.status == "running")
+        .values(status="queued", lease_until=None, enqueued_at=utcnow())
+        .returning(Job.id)
+    )
+    if done is not None:
+        message = f"worker shutting down: epoch {epoch} handed the job back"
+        add_event(session, job_id, "status", message, {"status": "queued", "epoch": epoch})
+    return done is not None

@@ -7,8 +7,14 @@ helpers in `lease`, so a run that lost its claim can change nothing.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import signal
+import socket
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +25,7 @@ from service.ids import new_id
 from service.models import Checkpoint, Dataset, Job
 from service.settings import Settings, get_settings
 from service.storage import ObjectStorage, open_storage_from_settings
+from workers.celery_app import enqueue_training
 from workers.jobs import lease
 from workers.jobs.archive import extract_tar, make_tar
 from workers.jobs.scorers import open_scorers, records_from_jsonl
@@ -34,6 +41,7 @@ class JobRun:
         self.settings, self.storage = settings, storage
         self.lost = threading.Event()
         self.cancel_requested = threading.Event()
+        self.release_requested = threading.Event()  # SIGTERM: hand the job back
         self._stop_heartbeat = threading.Event()
 
     # -- engine hooks -------------------------------------------------------------------
@@ -61,7 +69,9 @@ class JobRun:
         self._fenced(lease.record_checkpoint, row)
 
     def should_stop(self) -> bool:
-        return self.lost.is_set() or self.cancel_requested.is_set() or self._poll_cancel()
+        if self.lost.is_set() or self.release_requested.is_set():
+            return True
+        return self.cancel_requested.is_set() or self._poll_cancel()
 
     def on_event(self, type_: str, message: str, data: dict[str, Any]) -> None:
         from service.jobs.events import add_event
@@ -87,20 +97,27 @@ class JobRun:
         return self.cancel_requested.is_set()
 
     def _heartbeat(self) -> None:
+        renewed = time.monotonic()
         while not self._stop_heartbeat.wait(self.settings.heartbeat_seconds):
             try:
                 with session_scope() as session:
                     status = lease.fence(
                         session, self.job_id, self.epoch, self.settings.lease_seconds
                     )
+                renewed = time.monotonic()
                 if status == "cancelling":
                     self.cancel_requested.set()
             except lease.LeaseLost:
                 log.warning("job %s epoch %s lost its lease; stopping", self.job_id, self.epoch)
                 self.lost.set()
                 return
-            except Exception:  # database unreachable: keep trying until the lease runs out
+            except Exception:  # database unreachable: keep trying while the lease lasts
                 log.exception("heartbeat for job %s failed", self.job_id)
+                if time.monotonic() - renewed > 0.8 * self.settings.lease_seconds:
+                    # Stop before the lease can be taken over: never two live runs at once.
+                    log.error("job %s: lease about to expire unrenewed; stopping", self.job_id)
+                    self.lost.set()
+                    return
 
     def start_heartbeat(self) -> threading.Thread:
         thread = threading.Thread(target=self._heartbeat, name=f"lease-{self.job_id}", daemon=True)
@@ -114,11 +131,34 @@ class JobRun:
         with session_scope() as session:
             lease.finish(session, self.job_id, self.epoch, status, error)
 
+    def release(self) -> None:
+        """Give the job back to the queue for another worker, or finish a pending cancel."""
+        with session_scope() as session:
+            released = lease.release(session, self.job_id, self.epoch)
+            queue = session.scalar(select(Job.queue).where(Job.id == self.job_id))
+        if released:
+            enqueue_training(self.job_id, queue or "gpu")
+        elif not self.lost.is_set():
+            self.finish("cancelled")
+
+    @contextmanager
+    def sigterm_releases(self) -> Iterator[None]:
+        """While training, SIGTERM means: stop at the next step boundary and hand back."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(signal.SIGTERM, lambda *_: self.release_requested.set())
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
 
 def run_job(job_id: str, settings: Settings | None = None) -> None:
     settings = settings or get_settings()
     with session_scope() as session:
-        epoch = lease.claim(session, job_id, settings.lease_seconds)
+        worker = f"{socket.gethostname()}:{os.getpid()}"
+        epoch = lease.claim(session, job_id, settings.lease_seconds, worker)
         if epoch is None:
             log.info("job %s is not claimable (taken, finished or cancelled); dropping", job_id)
             return
@@ -130,7 +170,8 @@ def run_job(job_id: str, settings: Settings | None = None) -> None:
     work_dir = settings.data_path / "work" / job_id / f"e{epoch}"
     run.start_heartbeat()
     try:
-        _train(run, job, storage, work_dir)
+        with run.sigterm_releases():
+            _train(run, job, storage, work_dir)
     except lease.LeaseLost:
         log.warning("job %s epoch %s: lease lost, this run writes nothing more", job_id, epoch)
     except Exception as exc:  # every failure ends the job with its reason
@@ -173,4 +214,9 @@ def _train(run: JobRun, job: Job, storage: ObjectStorage, work_dir: Path) -> Non
         result = train(spec, records, scorers, work_dir / "train", hooks, resume_from=resume_from)
     if run.lost.is_set():
         return
-    run.finish("cancelled" if result.stopped else "succeeded")
+    if not result.stopped:
+        run.finish("succeeded")
+    elif run.release_requested.is_set():
+        run.release()
+    else:
+        run.finish("cancelled")

@@ -3,18 +3,21 @@
 Run by file path in an isolated interpreter (`python -I -S -B _bootstrap.py RESULT_FD`); it
 imports only the standard library, so the child needs neither the project nor site-packages.
 
+Run as `_bootstrap.py RESULT_FD SITE_DIR` (SITE_DIR: allow-listed packages, may be empty).
+
 Protocol (every frame is a 4-byte big-endian length followed by UTF-8 JSON):
   parent -> child, on stdin:
-    1. init  {"nonce", "source", "entry": "verify"|"grade", "limits": {...}}
+    1. init  {"nonce", "source", "entry": "verify"|"grade", "limits": {...},
+              "uid": int|null (drop to it when started as root), "seccomp": bool}
     2. batch {"b": batch_id, "timeout_s": float, "items": [sample, ...]}  (repeated)
   child -> parent, on RESULT_FD only (stdout/stderr go to /dev/null):
     {"n": nonce, "ready": true} | {"n": nonce, "load_error": str}
-    {"n": nonce, "b": batch_id, "i": index, "v": float}            one result
-    {"n": nonce, "b": batch_id, "i": index, "t": type, "r": repr}  not a number
-    {"n": nonce, "b": batch_id, "i": index, "e": "Type: message"}  exception
+    {"n": nonce, "b": batch_id, "r": [result, ...]}   results (one per frame today), where
+        result = [i, "v", float] | [i, "t", type, repr] (not a number) | [i, "e", "Type: msg"]
     {"n": nonce, "b": batch_id, "done": true, "cpu": seconds, "recycle": bool}
 
-rlimits are applied before the user source is compiled or run.
+Order of start-up, all before any user code is compiled: drop privileges (setgroups, setgid,
+setuid: no capabilities are left), rlimits, seccomp filter.
 """
 
 import contextlib
@@ -92,6 +95,44 @@ def _arm_cpu(timeout_s, hard):
     resource.setrlimit(resource.RLIMIT_CPU, (soft, int(hard) if hard is not None else soft))
 
 
+def _drop_privileges(uid):
+    if uid is None or os.getuid() != 0:
+        return
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise OSError("setuid did not take effect")
+
+
+def _start_up(init, write):
+    """Privileges, rlimits, seccomp; False (and a load_error frame) when any step fails."""
+    steps = [
+        ("drop privileges", lambda: _drop_privileges(init.get("uid"))),
+        ("set resource limits", lambda: _set_limits(init.get("limits") or {})),
+    ]
+    if init.get("seccomp"):
+        steps.append(("install the seccomp filter", _install_seccomp))
+    for what, step in steps:
+        try:
+            step()
+        except Exception as exc:
+            write({"n": init["nonce"], "load_error": f"could not {what}: " + _error_text(exc)})
+            return False
+    return True
+
+
+def _install_seccomp():
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    try:
+        import _seccomp
+    finally:
+        sys.path.remove(here)
+    _seccomp.install()
+    sys.modules.pop("_seccomp", None)
+
+
 def _error_text(exc):
     try:
         text = f"{type(exc).__name__}: {exc}"
@@ -113,11 +154,11 @@ def _classify(value):
         isinstance(value, numbers.Number) and not isinstance(value, numbers.Complex)
     )
     if isinstance(value, bool) or not real:
-        return {"t": type(value).__name__, "r": _safe_repr(value)}
+        return ["t", type(value).__name__, _safe_repr(value)]
     try:
-        return {"v": float(value)}
+        return ["v", float(value)]
     except Exception as exc:
-        return {"e": _error_text(exc)}
+        return ["e", _error_text(exc)]
 
 
 def _make_caller(fn, entry):
@@ -160,8 +201,32 @@ def _make_caller(fn, entry):
     return call
 
 
+def _run_batch(batch, call, write, nonce, cpu_hard):
+    b = batch["b"]
+    timeout_s = float(batch.get("timeout_s") or 10.0)
+    if cpu_hard is not None:
+        with contextlib.suppress(ValueError, OSError):
+            _arm_cpu(timeout_s, cpu_hard)
+    # One frame per item, written as soon as it is known: a later item that hangs or kills
+    # the process cannot take the earlier results with it (costs ~15% of peak throughput).
+    for i, sample in enumerate(batch["items"]):
+        try:
+            value = call(sample)
+            if type(value) is float or (type(value) is int and -(2**53) <= value <= 2**53):
+                item = [i, "v", value]
+            else:
+                item = [i, *_classify(value)]
+        except BaseException as exc:  # SystemExit too; KeyboardInterrupt
+            item = [i, "e", _error_text(exc)]
+        write({"n": nonce, "b": b, "r": [item]})
+    used = _cpu_used()
+    recycle = cpu_hard is not None and used + 2 * timeout_s + 2 > cpu_hard
+    write({"n": nonce, "b": b, "done": True, "cpu": used, "recycle": recycle})
+
+
 def main():
     result_fd = int(sys.argv[1])
+    site = sys.argv[2] if len(sys.argv) > 2 else ""
     # User output must never reach the parent: fds 1 and 2 point at /dev/null, whatever the
     # launcher gave us, and the result pipe is the only channel back.
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -174,14 +239,11 @@ def main():
     init = _read_frame(0)
     nonce = init["nonce"]
     write = _writer(result_fd)
-    limits = init.get("limits") or {}
-    cpu_hard = limits.get("cpu_s")
-
-    try:
-        _set_limits(limits)
-    except Exception as exc:
-        write({"n": nonce, "load_error": "could not set resource limits: " + _error_text(exc)})
+    cpu_hard = (init.get("limits") or {}).get("cpu_s")
+    if not _start_up(init, write):
         return
+    if site:
+        sys.path.append(site)
 
     entry = init.get("entry") or "verify"
     module = types.ModuleType("verifier")
@@ -205,21 +267,7 @@ def main():
             batch = _read_frame(0)
         except EOFError:
             return
-        b = batch["b"]
-        timeout_s = float(batch.get("timeout_s") or 10.0)
-        if cpu_hard is not None:
-            with contextlib.suppress(ValueError, OSError):
-                _arm_cpu(timeout_s, cpu_hard)
-        for i, sample in enumerate(batch["items"]):
-            try:
-                out = _classify(call(sample))
-            except BaseException as exc:  # SystemExit too; KeyboardInterrupt
-                out = {"e": _error_text(exc)}
-            out.update(n=nonce, b=b, i=i)
-            write(out)
-        used = _cpu_used()
-        recycle = cpu_hard is not None and used + 2 * timeout_s + 2 > cpu_hard
-        write({"n": nonce, "b": b, "done": True, "cpu": used, "recycle": recycle})
+        _run_batch(batch, call, write, nonce, cpu_hard)
 
 
 if __name__ == "__main__":

@@ -6,16 +6,24 @@ This module is imported by the API process, so it must stay free of torch, FastA
 
 from __future__ import annotations
 
-import ast
 import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
-KINDS: tuple[str, ...] = ("python", "exact_match", "regex", "numeric", "length")
+from .python_source import analyse_python_source
 
-MAX_SOURCE_BYTES = 256 * 1024
+KINDS: tuple[str, ...] = (
+    "python",
+    "exact_match",
+    "regex",
+    "numeric",
+    "json_schema",
+    "length",
+    "composite",
+)
+
 MAX_PATTERN_CHARS = 10_000
 
 ErrorPath = tuple[str | int, ...]
@@ -36,101 +44,6 @@ class VerifierConfigError(ValueError):
         super().__init__(f"invalid verifier config: {text}")
 
 
-# ----------------------------------------------------------------------------- python sources
-
-ENTRY_POINTS = ("verify", "grade")
-
-
-def _syntax_error_text(exc: SyntaxError) -> str:
-    msg = exc.msg or str(exc)
-    if exc.lineno:
-        return f"{type(exc).__name__}: {msg} (line {exc.lineno})"
-    return f"{type(exc).__name__}: {msg}"
-
-
-def _top_level_names(body: list[ast.stmt]) -> dict[str, str]:
-    """Names bound at module level -> how ('def', 'async def', 'class', 'assign', 'import').
-
-    Descends into module-level if/try/with blocks (still module scope), not into functions.
-    """
-    found: dict[str, str] = {}
-
-    def bind(name: str, how: str) -> None:
-        found.setdefault(name, how)
-
-    def target_names(t: ast.expr) -> list[str]:
-        if isinstance(t, ast.Name):
-            return [t.id]
-        if isinstance(t, ast.Tuple | ast.List):
-            return [n for e in t.elts for n in target_names(e)]
-        if isinstance(t, ast.Starred):
-            return target_names(t.value)
-        return []
-
-    def walk(stmts: list[ast.stmt]) -> None:
-        for s in stmts:
-            if isinstance(s, ast.FunctionDef):
-                bind(s.name, "def")
-            elif isinstance(s, ast.AsyncFunctionDef):
-                bind(s.name, "async def")
-            elif isinstance(s, ast.ClassDef):
-                bind(s.name, "class")
-            elif isinstance(s, ast.Assign):
-                for t in s.targets:
-                    for n in target_names(t):
-                        bind(n, "assign")
-            elif isinstance(s, ast.AnnAssign | ast.AugAssign) and s.value is not None:
-                for n in target_names(s.target):
-                    bind(n, "assign")
-            elif isinstance(s, ast.Import | ast.ImportFrom):
-                for alias in s.names:
-                    bind((alias.asname or alias.name).split(".")[0], "import")
-            elif isinstance(s, ast.If | ast.While | ast.For):
-                walk(s.body)
-                walk(s.orelse)
-            elif isinstance(s, ast.With):
-                walk(s.body)
-            elif isinstance(s, ast.Try | ast.TryStar):
-                walk(s.body)
-                for h in s.handlers:
-                    walk(h.body)
-                walk(s.orelse)
-                walk(s.finalbody)
-
-    walk(body)
-    return found
-
-
-def analyse_python_source(source: str) -> str:
-    """Compile `source` (without running it) and return its entry point: 'verify' or 'grade'.
-
-    Raises ValueError with a user-facing message.
-    """
-    size = len(source.encode("utf-8", "surrogatepass"))
-    if size > MAX_SOURCE_BYTES:
-        raise ValueError(f"source is {size} bytes; the limit is {MAX_SOURCE_BYTES} (256 kB)")
-    try:
-        tree = ast.parse(source, filename="<verifier>", mode="exec")
-        compile(source, "<verifier>", "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        raise ValueError(_syntax_error_text(exc)) from None
-    except (ValueError, TypeError) as exc:  # e.g. null bytes
-        raise ValueError(f"source does not compile: {exc}") from None
-    except (RecursionError, MemoryError):
-        raise ValueError("source does not compile: too deeply nested") from None
-    names = _top_level_names(tree.body)
-    for entry in ENTRY_POINTS:
-        how = names.get(entry)
-        if how == "async def":
-            raise ValueError(f"`{entry}` must be a plain function; `async def` is not supported")
-        if how is not None:
-            return entry
-    raise ValueError(
-        "source must define a top-level function `verify(prompt, completion, **fields)` "
-        "(or an OpenAI-style `grade(sample, item)`)"
-    )
-
-
 def _custom(kind: str, message: str) -> PydanticCustomError:
     # PydanticCustomError keeps the message verbatim (no "Value error, " prefix).
     return PydanticCustomError(kind, "{m}", {"m": message})
@@ -147,6 +60,11 @@ class PythonConfig(_Config):
     source: SStr
     timeout_s: Annotated[float, Strict(), Field(gt=0, le=300)] = 10.0
     score_range: Annotated[list[SFloat], Field(min_length=2, max_length=2)] = [0.0, 1.0]
+    # Per job (or /test call): total wall time in score(), and sandbox failures tolerated
+    # (timeouts, crashes, protocol violations) before the job fails. 600 s is ~60 batches
+    # at the default per-batch deadline, far above a healthy verifier's needs.
+    budget_s: Annotated[float, Strict(), Field(gt=0, le=86_400)] = 600.0
+    max_failures: Annotated[int, Strict(), Field(ge=0, le=10_000)] = 10
 
     @field_validator("source")
     @classmethod
@@ -215,12 +133,66 @@ class LengthConfig(_Config):
     unit: Literal["chars"] = "chars"
 
 
+MAX_SCHEMA_BYTES = 64 * 1024
+
+
+class JsonSchemaConfig(_Config):
+    """Score 1.0 when the completion is JSON (whole, or the last ```json fence) that validates
+    against `schema` and, if `field` is set, equals the record's `field`; 0.0 otherwise."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    json_schema: Any = Field(alias="schema")
+    extract: Literal["auto", "whole", "fence"] = "auto"
+    field: FieldName | None = None
+
+    @field_validator("json_schema")
+    @classmethod
+    def _check_schema(cls, v: Any) -> dict[str, Any] | bool:
+        import json
+
+        from jsonschema import exceptions, validators
+
+        if not isinstance(v, dict | bool):
+            raise _custom("json_schema", "schema must be a JSON object (or true/false)")
+        try:
+            size = len(json.dumps(v, allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise _custom("json_schema", f"schema is not plain JSON: {exc}") from None
+        if size > MAX_SCHEMA_BYTES:
+            raise _custom("json_schema", f"schema is {size} bytes; the limit is 64 kB")
+        try:
+            validators.validator_for(v).check_schema(v)
+        except exceptions.SchemaError as exc:
+            where = "/".join(map(str, exc.absolute_path)) or "<root>"
+            message = f"not a valid JSON Schema at {where}: {exc.message}"
+            raise _custom("json_schema", message) from None
+        return v
+
+
+MAX_COMPOSITE_PARTS = 16
+
+
+class CompositePart(_Config):
+    name: Annotated[str, Strict(), Field(min_length=1, max_length=200)]
+    version: Annotated[int, Strict(), Field(ge=1)] | None = None
+    weight: SFloat = 1.0
+
+
+class CompositeConfig(_Config):
+    """Σ weight · score over the parts; `version: null` is pinned at registration."""
+
+    parts: Annotated[list[CompositePart], Field(min_length=1, max_length=MAX_COMPOSITE_PARTS)]
+
+
 MODELS: dict[str, type[_Config]] = {
     "python": PythonConfig,
     "exact_match": ExactMatchConfig,
     "regex": RegexConfig,
     "numeric": NumericConfig,
+    "json_schema": JsonSchemaConfig,
     "length": LengthConfig,
+    "composite": CompositeConfig,
 }
 
 
@@ -272,4 +244,4 @@ def validate_config(kind: str, config: dict) -> dict:
 
     Raises VerifierConfigError listing every bad field as ((path...), message).
     """
-    return parse_config(kind, config).model_dump(mode="json")
+    return parse_config(kind, config).model_dump(mode="json", by_alias=True)

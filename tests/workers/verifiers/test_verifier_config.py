@@ -20,7 +20,15 @@ def error_for(kind: str, config: dict) -> VerifierConfigError:
 
 
 def test_kinds():
-    assert KINDS == ("python", "exact_match", "regex", "numeric", "length")
+    assert KINDS == (
+        "python",
+        "exact_match",
+        "regex",
+        "numeric",
+        "json_schema",
+        "length",
+        "composite",
+    )
 
 
 def test_unknown_kind():
@@ -39,7 +47,13 @@ def test_config_must_be_object():
 
 def test_python_defaults():
     cfg = validate_config("python", {"source": GOOD_SOURCE})
-    assert cfg == {"source": GOOD_SOURCE, "timeout_s": 10.0, "score_range": [0.0, 1.0]}
+    assert cfg == {
+        "source": GOOD_SOURCE,
+        "timeout_s": 10.0,
+        "score_range": [0.0, 1.0],
+        "budget_s": 600.0,
+        "max_failures": 10,
+    }
     # normalised configs validate again unchanged
     assert validate_config("python", cfg) == cfg
 

@@ -6,6 +6,7 @@ import pytest
 
 from workers.verifiers import Verifier, open_verifier
 from workers.verifiers.python_kind import PythonVerifier
+from workers.verifiers.sandbox import CHILD_ENV
 
 
 def verifier(source: str, **config) -> PythonVerifier:
@@ -256,7 +257,7 @@ def test_child_environment_is_clean(monkeypatch):
             if completion == "env":
                 return 1.0 if "GRPO_SECRET_TEST" in os.environ else 0.0
             if completion == "keys":
-                return float(len(set(os.environ) - {"PATH", "LANG", "LC_CTYPE"}))
+                return float(len(set(os.environ) - ALLOWED))
             if completion == "cwd":
                 return 1.0 if os.listdir(".") == [] and os.getcwd() != START else 0.0
             if completion == "project":
@@ -264,7 +265,9 @@ def test_child_environment_is_clean(monkeypatch):
             if completion == "stdout":
                 return 1.0 if os.path.realpath("/proc/self/fd/1") == "/dev/null" else 0.0
     """
-    src = textwrap.dedent(src).replace("import os, sys", f"import os, sys\nSTART = {os.getcwd()!r}")
+    allowed = {"PATH", "LANG", "LC_CTYPE", "PWD", *CHILD_ENV}
+    head = f"import os, sys\nSTART = {os.getcwd()!r}\nALLOWED = {allowed!r}"
+    src = textwrap.dedent(src).replace("import os, sys", head)
     with verifier(src, score_range=[0, 100]) as v:
         scores, errors = v.score([s("env"), s("keys"), s("cwd"), s("project"), s("stdout")])
     assert errors == [None] * 5

@@ -1,0 +1,139 @@
+"""This GRPO engine against TRL's GRPOTrainer: same model, task, reward and settings.
+
+    .venv/bin/python bench/vs_trl.py [--quick] [--sizes 3m,25m] [--reps 2] [--steps 30]
+
+For each model size (random-init, Llama-shaped, built locally), runs TRL and this engine
+alternately (TRL first on even repetitions, ours first on odd ones), each run in its own
+subprocess so peak RSS is that run's. Prints per size: median seconds per step, completion
+tokens per second (all tokens over all steps after the first, whose time includes warm-up),
+peak RSS, mean reward over the last 5 steps, and the ratios ours/TRL (medians over repetitions).
+Targets on a 2-core CPU: >= 3x TRL's throughput at 3M, >= 1.5x at 25M, RSS <= TRL's, last-5
+reward >= TRL's. `--quick`: 3M only, 6 steps, one repetition (a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# name -> make_tiny_model(...) or Qwen2-shaped kwargs; parameter counts printed at build time.
+SIZES = {
+    "3m": {"hidden_size": 256, "layers": 4, "heads": 4, "intermediate_size": 512},
+    "25m": {"hidden_size": 512, "layers": 8, "heads": 8, "intermediate_size": 1408},
+    "0.5b": {"hidden_size": 1024, "layers": 24, "heads": 16, "intermediate_size": 4864},
+}
+
+
+def build(size: str, directory: Path) -> Path:
+    import math
+
+    from safetensors import safe_open
+
+    from workers.grpo.tiny_model import make_tiny_model
+
+    path = make_tiny_model(directory / size, seed=0, **SIZES[size])
+    with safe_open(path / "model.safetensors", "pt") as f:
+        n = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())  # noqa: SIM118
+    print(f"model {size}: {n / 1e6:.1f}M parameters", flush=True)
+    return path
+
+
+def one_run(which: str, model_dir: Path, settings: dict) -> dict:
+    code = (
+        "import json, sys; from bench.runners import run; "
+        "print('RESULT ' + json.dumps(run(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))))"
+    )
+    cmd = [sys.executable, "-c", code, which, str(model_dir), json.dumps(settings)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    if proc.returncode or not lines:
+        sys.exit(f"{which} run failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def figures(r: dict) -> dict:
+    sec, tok = r["seconds"], r["tokens"]
+    return {
+        "s_per_step": statistics.median(sec),
+        "tok_per_s": sum(tok[1:]) / sum(sec[1:]) if len(sec) > 1 else tok[0] / sec[0],
+        "rss_mib": r["rss_mib"],
+        "reward_last5": statistics.fmean(r["rewards"][-5:]),
+    }
+
+
+def report(size: str, runs: dict[str, list[dict]]) -> dict:
+    med = {
+        w: {k: statistics.median(f[k] for f in map(figures, rs)) for k in figures(rs[0])}
+        for w, rs in runs.items()
+    }
+    ours, trl = med["ours"], med["trl"]
+    print(f"\n== {size} ({len(runs['ours'])} runs each; medians) ==")
+    print(f"{'':14}{'s/step':>9}{'tok/s':>9}{'RSS MiB':>9}{'reward5':>9}")
+    for w in ("trl", "ours"):
+        m = med[w]
+        print(
+            f"{w:14}{m['s_per_step']:9.3f}{m['tok_per_s']:9.1f}"
+            f"{m['rss_mib']:9.0f}{m['reward_last5']:9.3f}"
+        )
+    ratios = {
+        "throughput": ours["tok_per_s"] / trl["tok_per_s"],
+        "step_speedup": trl["s_per_step"] / ours["s_per_step"],
+        "rss": ours["rss_mib"] / trl["rss_mib"],
+        "reward_last5_diff": ours["reward_last5"] - trl["reward_last5"],
+    }
+    print(
+        f"{'ours/TRL':14}throughput x{ratios['throughput']:.2f}, step time "
+        f"x{ratios['step_speedup']:.2f} faster, RSS x{ratios['rss']:.2f}, "
+        f"last-5 reward {ratios['reward_last5_diff']:+.3f}",
+        flush=True,
+    )
+    return {"size": size, "trl": trl, "ours": ours, "ratios": ratios}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="3M only, 6 steps, 1 repetition")
+    ap.add_argument("--sizes", default="3m,25m")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (CUDA)")
+    ap.add_argument("--vllm", action="store_true", help="TRL generates with vLLM (colocate)")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    a = ap.parse_args()
+    sizes, reps, steps = a.sizes.split(","), a.reps, a.steps
+    if a.quick:
+        sizes, reps, steps = ["3m"], 1, 6
+    settings = {"steps": steps, "device": a.device, "bf16": a.bf16, "vllm": a.vllm}
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in sizes:
+            model_dir = build(size, Path(tmp))
+            runs: dict[str, list[dict]] = {"trl": [], "ours": []}
+            for rep in range(reps):
+                order = ("trl", "ours") if rep % 2 == 0 else ("ours", "trl")
+                for which in order:
+                    r = one_run(which, model_dir, settings)
+                    runs[which].append(r)
+                    f = figures(r)
+                    print(
+                        f"  {size} rep {rep} {which:4}: {f['s_per_step']:.3f} s/step, "
+                        f"{f['tok_per_s']:.1f} tok/s, {f['rss_mib']:.0f} MiB, "
+                        f"reward5 {f['reward_last5']:.3f}",
+                        flush=True,
+                    )
+            results.append(report(size, runs))
+    if a.json:
+        a.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

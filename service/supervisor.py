@@ -1,0 +1,84 @@
+"""Run the service's processes (API, worker) as children and stop them together.
+
+Each child gets its own process group, so a SIGTERM reaches a Celery worker's pool child too:
+the training task then checkpoints at its next step boundary and hands its lease back
+(graceful shutdown) instead of being cut off. The reconciler runs as a thread here, beside
+every worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+
+def api_command(host: str, port: int) -> list[str]:
+    return [
+        sys.executable, "-m", "uvicorn", "service.main:app",
+        "--host", host, "--port", str(port), "--no-access-log",
+    ]  # fmt: skip
+
+
+def worker_command(queue: str) -> list[str]:
+    # One job per GPU, a fresh child per job; no broadcast features (the embedded broker has none).
+    return [
+        sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", queue,
+        "-c", "1", "--max-tasks-per-child", "1", "--without-gossip", "--without-mingle",
+        "--without-heartbeat", "--loglevel", "INFO",
+    ]  # fmt: skip
+
+
+@dataclass
+class Supervisor:
+    commands: list[list[str]]
+    grace_seconds: float = 600.0
+    reconcile: bool = False
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> int:
+        procs = [subprocess.Popen(cmd, start_new_session=True) for cmd in self.commands]
+        signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
+        signal.signal(signal.SIGINT, lambda *_: self._stop.set())
+        if self.reconcile:
+            self._start_reconciler()
+        while not self._stop.is_set() and all(p.poll() is None for p in procs):
+            time.sleep(0.2)
+        requested = self._stop.is_set()
+        self._stop.set()
+        for p in procs:
+            _signal_group(p, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_seconds
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(p, signal.SIGKILL)
+                p.wait()
+        if requested:
+            return 0
+        return max((p.returncode or 0) for p in procs) or 1
+
+    def _start_reconciler(self) -> None:
+        from service.settings import get_settings
+        from workers.jobs.reconciler import run_forever
+
+        thread = threading.Thread(
+            target=run_forever, args=(get_settings(), self._stop), name="reconciler", daemon=True
+        )
+        thread.start()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)

@@ -1,0 +1,108 @@
+"""A production-mode cluster of our own for fault injection: a private Redis server, a fresh
+PostgreSQL database, S3 on moto, one API and several workers with short leases."""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tests.e2e.services import RunningService, _spawn, _wait_ready, free_port
+
+FAST_LEASES = {
+    "GRPO_LEASE_SECONDS": "5",
+    "GRPO_HEARTBEAT_SECONDS": "1",
+    "GRPO_RECONCILE_SECONDS": "1",
+    "GRPO_REQUEUE_AFTER_SECONDS": "3",
+    "GRPO_MAX_ATTEMPTS": "5",
+}
+
+
+@dataclass
+class PrivateRedis:
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while (
+            subprocess.run(
+                ["redis-cli", "-p", str(self.port), "ping"], capture_output=True
+            ).stdout.strip()
+            != b"PONG"
+        ):
+            assert time.monotonic() < deadline, "private redis did not start"
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+
+@dataclass
+class Cluster:
+    svc: RunningService
+    redis: PrivateRedis
+    workers: list[subprocess.Popen[bytes]]
+
+    def client(self, tenant: str) -> httpx.Client:
+        return self.svc.client(self.svc.new_key(tenant))
+
+
+@contextmanager
+def run_cluster(work: Path, s3_endpoint: str, workers: int = 2) -> Iterator[Cluster]:
+    from tests.e2e.conftest import PG, _psql
+
+    db = f"grpo_chaos_{secrets.token_hex(4)}"
+    _psql(f"CREATE DATABASE {db}")
+    redis = PrivateRedis(free_port())
+    redis.start()
+    port = free_port()
+    env = {
+        **__import__("os").environ,
+        "GRPO_DATA_DIR": str(work / "data"),
+        "GRPO_DATABASE_URL": f"{PG}/{db}",
+        "GRPO_BROKER_URL": f"redis://127.0.0.1:{redis.port}/0",
+        "GRPO_STORAGE_URL": f"s3://chaos-{secrets.token_hex(4)}",
+        "GRPO_S3_ENDPOINT_URL": s3_endpoint,
+        "GRPO_S3_REGION": "us-east-1",
+        "GRPO_S3_ACCESS_KEY_ID": "testing",
+        "GRPO_S3_SECRET_ACCESS_KEY": "testing",
+        "GRPO_S3_CREATE_BUCKET": "true",
+        **FAST_LEASES,
+    }
+    svc = RunningService(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=work)
+    svc.cli("migrate")
+    svc.procs.append(_spawn(["api", "--port", str(port)], env, work / "api.log"))
+    procs = [
+        _spawn(["worker", "--grace-seconds", "60"], env, work / f"worker{i}.log")
+        for i in range(workers)
+    ]
+    svc.procs += procs
+    try:
+        _wait_ready(svc)
+        yield Cluster(svc=svc, redis=redis, workers=procs)
+    finally:
+        for p in svc.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in svc.procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        redis.kill()
+        _psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")

@@ -1,0 +1,150 @@
+"""Fault injection on real processes: jobs are never lost and never run twice in effect."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.cluster import Cluster, run_cluster
+from tests.e2e.test_training_flow import submit_digit_job, wait_final
+
+LONG_JOB = {
+    "grpo": {"steps": 12, "prompts_per_step": 2, "group_size": 4, "learning_rate": 1e-3},
+    "checkpoint_every": 3,
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, moto_server: str) -> Iterator[Cluster]:
+    with run_cluster(tmp_path_factory.mktemp("cluster"), moto_server) as c:
+        yield c
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def events(client: httpx.Client, job_id: str) -> list[dict[str, Any]]:
+    return client.get(f"/v1/jobs/{job_id}/events").json()["data"]
+
+
+def claims(client: httpx.Client, job_id: str) -> list[dict[str, Any]]:
+    return [e["data"] for e in events(client, job_id) if e["data"].get("status") == "running"]
+
+
+def trainer_pid(client: httpx.Client, job_id: str, epoch: int) -> int:
+    claim = next(c for c in claims(client, job_id) if c["epoch"] == epoch)
+    return int(claim["worker"].rsplit(":", 1)[1])
+
+
+def metric_rows(cluster: Cluster, job_id: str) -> list[tuple[int, int]]:
+    """(step, epoch) of every stored metric row, read straight from PostgreSQL."""
+    db = cluster.svc.env["GRPO_DATABASE_URL"].rsplit("/", 1)[1]
+    out = subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", db, "-tAc",
+         f"SELECT step, epoch FROM job_metrics WHERE job_id = '{job_id}' ORDER BY step"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return [tuple(map(int, line.split("|"))) for line in out.split()]  # type: ignore[misc]
+
+
+def started(client: httpx.Client, job_id: str, step: int) -> bool:
+    return client.get(f"/v1/jobs/{job_id}").json()["step"] >= step
+
+
+def test_killed_trainer_is_resumed_from_its_checkpoint(
+    cluster: Cluster, tiny_model_dir: Path
+) -> None:
+    client = cluster.client("kill")
+    job = submit_digit_job(client, tiny_model_dir, **LONG_JOB)
+    wait_for(lambda: started(client, job["id"], 4), "step 4")
+    os.kill(trainer_pid(client, job["id"], 1), signal.SIGKILL)  # an OOM kill, say
+
+    final = wait_final(client, job["id"], timeout=240)
+    assert final["status"] == "succeeded", cluster.svc.logs()
+    assert [c["epoch"] for c in claims(client, job["id"])] == [1, 2]
+    rows = metric_rows(cluster, job["id"])
+    assert [step for step, _ in rows] == list(range(1, 13))  # every step exactly once
+    resumed_at = min(step for step, epoch in rows if epoch == 2)
+    assert resumed_at - 1 in (3, 6, 9) and resumed_at >= 4  # from a committed checkpoint
+    ckpts = client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
+    assert [c["step"] for c in ckpts] == [3, 6, 9, 12]
+
+
+def test_stopped_zombie_past_its_lease_writes_nothing(
+    cluster: Cluster, tiny_model_dir: Path
+) -> None:
+    client = cluster.client("zombie")
+    job = submit_digit_job(client, tiny_model_dir, **LONG_JOB)
+    wait_for(lambda: started(client, job["id"], 2), "step 2")
+    zombie = trainer_pid(client, job["id"], 1)
+    os.kill(zombie, signal.SIGSTOP)
+    try:
+        wait_for(lambda: len(claims(client, job["id"])) == 2, "the takeover", timeout=60)
+        new_epoch_steps = lambda: any(e == 2 for _, e in metric_rows(cluster, job["id"]))  # noqa: E731
+        wait_for(new_epoch_steps, "a step of the new run")
+    finally:
+        os.kill(zombie, signal.SIGCONT)
+    final = wait_final(client, job["id"], timeout=240)
+    assert final["status"] == "succeeded", cluster.svc.logs()
+    rows = metric_rows(cluster, job["id"])
+    assert [step for step, _ in rows] == list(range(1, 13))
+    first_new = min(step for step, epoch in rows if epoch == 2)
+    assert all(epoch == 2 for step, epoch in rows if step >= first_new), rows  # zombie fenced
+    wait_for(lambda: not _alive_in_task(zombie), "the zombie to stop training", timeout=60)
+
+
+def _alive_in_task(pid: int) -> bool:
+    """The zombie's process may live on as an idle pool child, but its CPU use stops."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            before = sum(int(x) for x in fh.read().split()[13:15])
+        time.sleep(1.0)
+        with open(f"/proc/{pid}/stat") as fh:
+            after = sum(int(x) for x in fh.read().split()[13:15])
+    except FileNotFoundError:
+        return False
+    return after - before > 50  # more than half a CPU-second per second: still training
+
+
+def test_cancel_when_the_worker_is_dead(cluster: Cluster, tiny_model_dir: Path) -> None:
+    client = cluster.client("cancel-dead")
+    job = submit_digit_job(client, tiny_model_dir, **LONG_JOB)
+    wait_for(lambda: started(client, job["id"], 1), "step 1")
+    pid = trainer_pid(client, job["id"], 1)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        assert client.post(f"/v1/jobs/{job['id']}/cancel").json()["status"] == "cancelling"
+        final = wait_final(client, job["id"], timeout=60)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert final["status"] == "cancelled"
+    assert len(claims(client, job["id"])) == 1  # nobody trained it again
+
+
+def test_jobs_submitted_while_redis_is_down_still_run(
+    cluster: Cluster, tiny_model_dir: Path
+) -> None:
+    client = cluster.client("redis-down")
+    cluster.redis.kill()
+    try:
+        job = submit_digit_job(client, tiny_model_dir)  # 201: the row is the truth
+        time.sleep(2)
+    finally:
+        cluster.redis.start()  # a fresh, empty Redis: every message is gone
+    final = wait_final(client, job["id"], timeout=180)
+    assert final["status"] == "succeeded", cluster.svc.logs()
+    assert any(e["type"] == "requeued" for e in events(client, job["id"]))

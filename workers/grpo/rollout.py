@@ -1,0 +1,130 @@
+"""GRPO steps 1-3 (prompts -> G completions each -> rewards), with DAPO's dynamic sampling.
+
+Plain GRPO draws `prompts_per_step` prompts, samples G completions per prompt and scores them.
+A group whose G rewards are all equal has zero advantage everywhere and teaches nothing.
+Dynamic sampling (DAPO, Yu et al., 2025, eq. 11: 0 < |{correct}| < G), on with
+`skip_zero_std_groups`, draws as many new prompts as there are such groups, samples and scores
+them, and puts every new group with a reward spread into a zero-spread slot; it repeats up to
+`max_resample_rounds` times, then trains on what it has (left-over flat groups add no gradient).
+DAPO over-samples a larger batch and filters it; refilling slot by slot keeps the batch shape.
+
+Metrics: the reward statistics (`reward_mean`, `reward/<name>`, `frac_zero_std_groups`, ...)
+describe the first draw only, an unbiased estimate of the policy's reward on the data; error
+counts (`errors/<name>`) add up every draw; `resampled_groups` counts the extra prompts drawn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from workers.grpo.config import GenerationParams, GRPOParams
+from workers.grpo.sampling import Generation, Sampler
+from workers.grpo.scoring import Scorer, score_completions
+
+
+@dataclass
+class Rollout:
+    """The batch a step trains on: P prompts x G completions, group by group."""
+
+    records: list[dict]  # P records, one per group
+    generation: Generation  # N = P * G completions
+    rewards: Tensor  # (N,) rewards of the trained batch
+    first_rewards: Tensor  # (N,) rewards of the first draw (the metrics' rewards)
+    metrics: dict[str, float]  # reward/<name>, errors/<name>, resampled_groups, timings
+
+
+def flat_groups(rewards: Tensor, group_size: int) -> list[int]:
+    """Indices of the groups whose rewards are all equal (zero std)."""
+    groups = rewards.view(-1, group_size)  # (P, G)
+    return (groups == groups[:, :1]).all(dim=1).nonzero().flatten().tolist()
+
+
+def collect_rollout(
+    draw: Callable[[int], list[dict]],
+    sampler: Sampler,
+    scorers: list[Scorer],
+    grpo: GRPOParams,
+    gen: GenerationParams,
+    pad_id: int,
+    on_event: Callable[[str, str, dict], None],
+) -> Rollout:
+    """Draw prompts, sample G completions each, score them; refill flat groups if asked."""
+    timing = {"generation_seconds": 0.0, "scoring_seconds": 0.0}
+    G = grpo.group_size
+
+    def sample(k: int) -> tuple[list[dict], Generation, Tensor, dict[str, float]]:
+        records = draw(k)
+        t0 = time.perf_counter()
+        out = sampler.generate([r["prompt"] for r in records], G, gen)
+        t1 = time.perf_counter()
+        rewards, metrics = score_completions(scorers, records, out.texts, G, on_event)  # (k*G,)
+        timing["generation_seconds"] += t1 - t0
+        timing["scoring_seconds"] += time.perf_counter() - t1
+        return records, out, rewards, metrics
+
+    records, out, rewards, metrics = sample(grpo.prompts_per_step)
+    parts = [(out, rewards)]
+    slots = [(0, i) for i in range(grpo.prompts_per_step)]  # slot -> (part, group in part)
+    flat = flat_groups(rewards, G) if grpo.skip_zero_std_groups else []
+    resampled = 0
+    for _ in range(grpo.max_resample_rounds):
+        if not flat:
+            break
+        more, out_k, rewards_k, metrics_k = sample(len(flat))
+        resampled += len(flat)
+        for key, value in metrics_k.items():
+            if key.startswith("errors/"):
+                metrics[key] += value
+        parts.append((out_k, rewards_k))
+        spread = sorted(set(range(len(more))) - set(flat_groups(rewards_k, G)))
+        for slot, group in zip(list(flat), spread, strict=False):
+            slots[slot], records[slot] = (len(parts) - 1, group), more[group]
+            flat.remove(slot)
+    rows = [(part, group * G + j) for part, group in slots for j in range(G)]
+    generation = merge_generations([p for p, _ in parts], rows, pad_id)
+    final = torch.stack([parts[part][1][row] for part, row in rows])  # (N,)
+    metrics |= timing | {"resampled_groups": float(resampled)}
+    return Rollout(records, generation, final, rewards, metrics)
+
+
+def merge_generations(
+    parts: list[Generation], rows: list[tuple[int, int]], pad_id: int
+) -> Generation:
+    """The rows (part, row) of several generations as one, re-padded (prompts left, completions
+    right) to the widest prompt and completion."""
+    if len(parts) == 1 and [r for _, r in rows] == list(range(len(rows))):
+        return parts[0]
+    width_p = max(p.prompt_ids.shape[1] for p in parts)
+    width_c = max(p.completion_ids.shape[1] for p in parts)
+
+    def pad(t: Tensor, width: int, value: float, left: bool) -> Tensor:
+        extra = width - t.shape[1]
+        return torch.nn.functional.pad(t, (extra, 0) if left else (0, extra), value=value)
+
+    picked = []
+    for part, row in rows:
+        g = parts[part]
+        picked.append(
+            (
+                pad(g.prompt_ids[row : row + 1], width_p, pad_id, True),  # (1, P)
+                pad(g.prompt_mask[row : row + 1], width_p, 0, True),  # (1, P)
+                pad(g.completion_ids[row : row + 1], width_c, pad_id, False),  # (1, T)
+                pad(g.completion_mask[row : row + 1], width_c, 0.0, False),  # (1, T)
+            )
+        )
+    prompt_ids, prompt_mask, completion_ids, completion_mask = (
+        torch.cat(column) for column in zip(*picked, strict=True)
+    )
+    return Generation(
+        prompt_ids,
+        prompt_mask,
+        completion_ids,
+        completion_mask,
+        [parts[part].texts[row] for part, row in rows],
+        torch.stack([parts[part].truncated[row] for part, row in rows]),
+    )
