@@ -1,4 +1,5 @@
-"""`grpo-service`: run the API, the worker or both; migrate; manage keys; make a tiny model."""
+"""`grpo-service`: run the API, the worker or both; migrate; manage keys; make a tiny model;
+train locally."""
 
 from __future__ import annotations
 
@@ -101,6 +102,27 @@ def make_tiny_model(
 
     out = make(path, seed=seed)
     console.print(f"tiny model written to {out}")
+
+
+@app.command("train")
+def train_local(
+    spec: Annotated[Path, typer.Argument(help="Job spec JSON; dataset a JSONL path.")],
+    out: Annotated[Path, typer.Option(help="Directory for checkpoints.")],
+    resume_from: Annotated[
+        Path | None, typer.Option(help="Checkpoint directory to continue from.")
+    ] = None,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: auto).")] = None,
+) -> None:
+    """Train locally with the GRPO engine (no API, no queue): one JSON line per step."""
+    from pydantic import ValidationError
+
+    from workers.local_train import LOCAL_ERRORS, run_local
+
+    try:
+        run_local(spec, out, resume_from=resume_from, device=device)
+    except (ValidationError, OSError, *LOCAL_ERRORS) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
 
 
 def main() -> None:

@@ -52,7 +52,7 @@ class JobRun:
         tar_path, sha256, size = make_tar(directory)
         key = f"tenants/{self.tenant_id}/jobs/{self.job_id}/e{self.epoch}/step-{step}.tar"
         try:
-            self.storage.put_file(key, tar_path)  # in place before the row points at it
+            upload_verified(self.storage, key, tar_path, size)  # before the row points at it
         finally:
             tar_path.unlink(missing_ok=True)
         fmt = "peft-adapter" if (directory / "adapter_config.json").exists() else "full"
@@ -154,6 +154,25 @@ class JobRun:
             signal.signal(signal.SIGTERM, previous)
 
 
+def upload_verified(
+    storage: ObjectStorage, key: str, path: Path, size: int, attempts: int = 4
+) -> None:
+    """Upload with retries, then check the stored size: a job never points at a partial
+    checkpoint. (boto3 also sends a checksum that S3 verifies on receipt.)"""
+    for attempt in range(1, attempts + 1):
+        try:
+            storage.put_file(key, path)
+            stored = storage.size(key)
+            if stored != size:
+                raise OSError(f"stored {stored} bytes of {size} for {key}")
+            return
+        except Exception:
+            if attempt == attempts:
+                raise
+            log.warning("checkpoint upload %s failed (attempt %d); retrying", key, attempt)
+            time.sleep(min(30.0, 0.5 * 2**attempt))
+
+
 def run_job(job_id: str, settings: Settings | None = None) -> None:
     settings = settings or get_settings()
     with session_scope() as session:
@@ -204,6 +223,13 @@ def _train(run: JobRun, job: Job, storage: ObjectStorage, work_dir: Path) -> Non
         work_dir.mkdir(parents=True, exist_ok=True)
         storage.download_file(latest.object_key, archive)
         extract_tar(archive, resume_from)
+        redone = max(0, job.step - latest.step)
+        message = f"resuming from the step-{latest.step} checkpoint ({redone} step(s) to redo)"
+        run.on_event("resumed", message, {"from_step": latest.step, "redo_steps": redone})
+    elif job.step > 0:
+        run.on_event(
+            "resumed", "no checkpoint yet: starting over", {"from_step": 0, "redo_steps": job.step}
+        )
     hooks = TrainHooks(
         on_step=run.on_step,
         on_checkpoint=run.on_checkpoint,

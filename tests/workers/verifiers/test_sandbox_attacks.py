@@ -78,6 +78,16 @@ def guard(tmp_path, monkeypatch):
     g.finish()
 
 
+def when_x(statement: str) -> str:
+    """A verifier that runs `statement` for the completion 'x' and scores 1.0 otherwise."""
+    return (
+        "import ctypes, os, subprocess, sys, threading, time\n"
+        "def verify(prompt, completion):\n"
+        f"    if completion == 'x':\n        {statement}\n"
+        "    return 1.0\n"
+    )
+
+
 def recovers(guard: Guard, v: PythonVerifier) -> None:
     assert guard.score(v, [s("ok")]) == ([1.0], [None])
 
@@ -87,7 +97,7 @@ def recovers(guard: Guard, v: PythonVerifier) -> None:
 
 @pytest.mark.parametrize("body", ["while True: pass", "time.sleep(30)"])
 def test_loop_or_sleep_past_the_deadline_is_killed(guard, body):
-    v = guard.open(f"import time\ndef verify(prompt, completion):\n    if completion == 'x':\n        {body}\n    return 1.0\n", timeout_s=0.5)  # fmt: skip
+    v = guard.open(when_x(body), timeout_s=0.5)
     start = time.monotonic()
     scores, errors = guard.score(v, [s("ok"), s("x")])
     assert time.monotonic() - start < 1.5
@@ -132,7 +142,7 @@ def test_ignoring_sigterm_does_not_help(guard):
 
 
 def test_memory_bomb(guard):
-    src = "def verify(prompt, completion):\n    if completion == 'x':\n        b = [b'x' * (1 << 24) for _ in range(10**6)]\n    return 1.0\n"  # fmt: skip
+    src = when_x("b = [b'x' * (1 << 24) for _ in range(10**6)]")
     v = guard.open(src, timeout_s=5)
     scores, errors = guard.score(v, [s("x"), s("ok")])
     assert scores[0] is None and errors[0].startswith("MemoryError")
@@ -150,7 +160,7 @@ def test_memory_bomb(guard):
     ],
 )
 def test_no_new_processes_or_threads(guard, attack):
-    src = f"import os, subprocess, sys, threading, time\ndef verify(prompt, completion):\n    if completion == 'x':\n        {attack}\n    return 1.0\n"  # fmt: skip
+    src = when_x(attack)
     v = guard.open(src)
     scores, errors = guard.score(v, [s("x"), s("ok")])
     assert scores == [None, 1.0], errors
@@ -210,7 +220,8 @@ def test_write_outside_tmp_never_reaches_the_host(guard, tmp_path):
     v = guard.open(src)
     scores, errors = guard.score(v, [s(t) for t in targets] + [s("tmp")])
     assert scores == [None] * len(targets) + [1.0], errors
-    assert all(e.split(":")[0] in {"FileNotFoundError", "PermissionError", "OSError"} for e in errors[:-1])  # fmt: skip
+    allowed = {"FileNotFoundError", "PermissionError", "OSError"}
+    assert all(e.split(":")[0] in allowed for e in errors[:-1])
     for t in targets + [f"/tmp/{marker}"]:
         assert not Path(t).exists(), t
 
@@ -221,6 +232,7 @@ def test_write_outside_tmp_never_reaches_the_host(guard, tmp_path):
 def test_secrets_files_and_network_are_out_of_reach(guard):
     src = f"""
         import os, glob, socket
+        DIRS = ("tmp", "dev", "proc", "usr", "lib", "lib64", "opt", "root")
         def leaks(path):
             try:
                 with open(path, "rb") as f:
@@ -243,7 +255,7 @@ def test_secrets_files_and_network_are_out_of_reach(guard):
                 targets = [("127.0.0.1", 5432), ("127.0.0.1", 6379), ("1.1.1.1", 53)]
                 return float(any(connect(h, p) for h, p in targets))
             if completion == "listing":
-                seen = set(os.listdir("/")) - {{"tmp", "dev", "proc", "usr", "lib", "lib64", "opt", "root"}}
+                seen = set(os.listdir("/")) - set(DIRS)
                 return float(len(seen)) + float(os.path.exists("/etc/passwd"))
     """
     v = guard.open(src, score_range=[0, 100])
@@ -288,7 +300,8 @@ def test_ctypes_and_raw_syscalls_are_filtered(guard):
             return float(ctypes.get_errno()) if rc == -1 else -1.0
     """
     v = guard.open(src, score_range=[-1, 100])
-    scores, errors = guard.score(v, [s(n) for n in ("socket", "ptrace", "mount", "unshare", "clone3")])  # fmt: skip
+    names = ("socket", "ptrace", "mount", "unshare", "clone3")
+    scores, errors = guard.score(v, [s(n) for n in names])
     assert errors == [None] * 5
     assert scores == [1.0, 1.0, 1.0, 1.0, 38.0]  # EPERM x4, ENOSYS for clone3
 
@@ -310,7 +323,7 @@ def test_ctypes_and_raw_syscalls_are_filtered(guard):
     ],
 )
 def test_crashes_are_reported_and_contained(guard, attack, fragment):
-    src = f"import ctypes, os, sys\ndef verify(prompt, completion):\n    if completion == 'x':\n        {attack}\n    return 1.0\n"  # fmt: skip
+    src = when_x(attack)
     v = guard.open(src)
     scores, errors = guard.score(v, [s("ok"), s("x")])
     assert scores == [1.0, None] and fragment in errors[1], errors
@@ -321,7 +334,9 @@ def test_crashes_are_reported_and_contained(guard, attack, fragment):
     "expr", ["float('nan')", "float('inf')", "'1.0'", "None", "10**400", "[1]"]
 )
 def test_bad_return_values_are_errors(guard, expr):
-    v = guard.open(f"def verify(prompt, completion):\n    return {expr} if completion == 'x' else 1.0\n")  # fmt: skip
+    v = guard.open(
+        f"def verify(prompt, completion):\n    return {expr} if completion == 'x' else 1\n"
+    )
     scores, errors = guard.score(v, [s("x")])
     assert scores == [None] and errors[0]
     recovers(guard, v)

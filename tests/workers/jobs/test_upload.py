@@ -1,0 +1,47 @@
+"""Checkpoint uploads are retried and verified before a row may point at them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.storage import LocalStorage
+from workers.jobs import run
+
+
+class FlakyStorage(LocalStorage):
+    """Fails the first uploads, then truncates one, then works: storage outside our control."""
+
+    def __init__(self, root: Path, failures: list[str]) -> None:
+        super().__init__(root)
+        self.failures = failures
+
+    def put_file(self, key: str, path: Path) -> None:
+        failure = self.failures.pop(0) if self.failures else None
+        if failure == "raise":
+            raise ConnectionError("storage unreachable")
+        if failure == "truncate":
+            self.put_bytes(key, path.read_bytes()[:10])
+            return
+        super().put_file(key, path)
+
+
+def test_upload_retries_until_stored_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run.time, "sleep", lambda _s: None)
+    archive = tmp_path / "a.tar"
+    archive.write_bytes(b"x" * 1000)
+    storage = FlakyStorage(tmp_path / "objects", ["raise", "truncate"])
+    run.upload_verified(storage, "k/step-1.tar", archive, 1000)
+    assert storage.get_bytes("k/step-1.tar") == b"x" * 1000
+
+
+def test_upload_gives_up_with_the_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run.time, "sleep", lambda _s: None)
+    archive = tmp_path / "a.tar"
+    archive.write_bytes(b"x" * 1000)
+    storage = FlakyStorage(tmp_path / "objects", ["raise"] * 4)
+    with pytest.raises(ConnectionError, match="unreachable"):
+        run.upload_verified(storage, "k/step-1.tar", archive, 1000)

@@ -1,0 +1,187 @@
+"""`grpo-service train SPEC.json --out DIR`: the GRPO engine run locally, without API or queue.
+
+SPEC has the schema of `POST /v1/jobs`, with two differences:
+- `dataset` (and `eval_dataset`) is a JSONL file path, one record per line (`{"prompt": ...,
+  **fields}`); a relative path is read from the working directory, or else next to SPEC.
+  Dataset ids (`ds_...`) live in the service and are refused here.
+- a verifier is inline: `{"kind": "python", "config": {"source": "..."}, "weight": 1.0,
+  "name": "..."}` (`name` defaults to `<kind>-<index>`), opened with
+  `workers.verifiers.open_verifier`, so a `python` verifier runs in the same sandbox as in the
+  worker (its errors, e.g. no sandbox available, surface unchanged). Registry verifiers
+  (`{"name": ..., "version": ...}` without `kind`) live in the service and are refused here.
+
+It calls the same `workers.grpo.trainer.train` as the worker, prints one JSON line per step to
+stdout (`{"step": k, **metrics}`), events as JSON lines on stderr, and writes checkpoints to
+`DIR/checkpoints/step-NNNNNN`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from workers.grpo.config import TrainSpec
+
+SERVICE_ONLY_KEYS = {"queue"}  # accepted for compatibility with job specs, ignored here
+
+
+class LocalSpecError(ValueError):
+    """The SPEC file cannot run locally; the message says why and what to write instead."""
+
+
+def _local_errors() -> tuple[type[Exception], ...]:
+    """Errors shown as one line by the CLI: bad spec, bad verifier config, no sandbox, no model."""
+    from workers.grpo.policy import ModelLoadError
+    from workers.verifiers import VerifierConfigError
+    from workers.verifiers.sandbox import SandboxUnavailableError
+
+    return (LocalSpecError, VerifierConfigError, SandboxUnavailableError, ModelLoadError)
+
+
+@dataclass
+class LocalJob:
+    spec: TrainSpec
+    records: list[dict]
+    verifiers: list[dict[str, Any]]
+    eval_records: list[dict] | None
+    eval_verifiers: list[dict[str, Any]] | None
+
+
+@dataclass
+class InlineScorer:
+    """An opened verifier as the engine's Scorer (name, weight, score)."""
+
+    name: str
+    weight: float
+    verifier: Any
+
+    def score(self, samples: list[dict]) -> tuple[list[float | None], list[str | None]]:
+        return self.verifier.score(samples)
+
+
+def _read_jsonl(value: Any, base: Path, key: str) -> list[dict]:
+    if not isinstance(value, str) or value.startswith("ds_"):
+        raise LocalSpecError(
+            f"{key}: {value!r} is not a JSONL path; dataset ids need the service, "
+            "locally give the path of a JSONL file"
+        )
+    path = Path(value)
+    if not path.is_absolute() and not path.exists():
+        path = base / path
+    if not path.is_file():
+        raise LocalSpecError(f"{key}: no such file {value!r}")
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not records or not all(isinstance(r, dict) and "prompt" in r for r in records):
+        raise LocalSpecError(f"{key}: {path} must hold JSON objects with a 'prompt', one a line")
+    return records
+
+
+def _check_verifiers(value: Any, key: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not value:
+        raise LocalSpecError(f"{key}: a non-empty list of inline verifiers is required")
+    out = []
+    for i, v in enumerate(value):
+        if not isinstance(v, dict) or "kind" not in v:
+            name = v.get("name") if isinstance(v, dict) else v
+            raise LocalSpecError(
+                f"{key}[{i}]: registry verifier {name!r} is not available locally; inline it "
+                'as {"kind": ..., "config": {...}, "weight": 1.0}'
+            )
+        extra = set(v) - {"kind", "config", "weight", "name"}
+        if extra:
+            raise LocalSpecError(f"{key}[{i}]: unknown fields {sorted(extra)}")
+        if v["kind"] == "composite":
+            raise LocalSpecError(f"{key}[{i}]: composite verifiers need the registry")
+        name = str(v.get("name") or f"{v['kind']}-{i}")
+        out.append({"kind": v["kind"], "config": v.get("config", {}), "name": name,
+                    "weight": float(v.get("weight", 1.0))})  # fmt: skip
+    return out
+
+
+def load_local_job(spec_path: Path) -> LocalJob:
+    """Parse SPEC: the training knobs (validated as TrainSpec), data and inline verifiers."""
+    raw = json.loads(Path(spec_path).read_text())
+    if not isinstance(raw, dict):
+        raise LocalSpecError("SPEC must be a JSON object")
+    base = Path(spec_path).resolve().parent
+    records = _read_jsonl(raw.pop("dataset", None), base, "dataset")
+    verifiers = _check_verifiers(raw.pop("verifiers", None), "verifiers")
+    eval_path, eval_verifiers = raw.pop("eval_dataset", None), raw.pop("eval_verifiers", None)
+    for key in SERVICE_ONLY_KEYS:
+        raw.pop(key, None)
+    return LocalJob(
+        spec=TrainSpec.model_validate(raw),
+        records=records,
+        verifiers=verifiers,
+        eval_records=None if eval_path is None else _read_jsonl(eval_path, base, "eval_dataset"),
+        eval_verifiers=None
+        if eval_verifiers is None
+        else _check_verifiers(eval_verifiers, "eval_verifiers"),
+    )
+
+
+@contextmanager
+def open_scorers(verifiers: list[dict[str, Any]]) -> Iterator[list[InlineScorer]]:
+    from workers.verifiers import open_verifier
+
+    with ExitStack() as stack:
+        yield [
+            InlineScorer(
+                v["name"],
+                v["weight"],
+                stack.enter_context(open_verifier(v["kind"], v["config"], name=v["name"])),
+            )
+            for v in verifiers
+        ]
+
+
+def run_local(
+    spec_path: Path,
+    out_dir: Path,
+    *,
+    resume_from: Path | None = None,
+    device: str | None = None,
+    stdout: TextIO = sys.stdout,
+    stderr: TextIO = sys.stderr,
+) -> int:
+    """Train; one JSON line of metrics per step on `stdout`. Returns the steps completed."""
+    from workers.grpo.trainer import TrainHooks, train
+
+    job = load_local_job(spec_path)
+
+    def on_step(step: int, metrics: dict[str, float]) -> None:
+        print(json.dumps({"step": step, **metrics}), file=stdout, flush=True)
+
+    def on_event(kind: str, message: str, data: dict) -> None:
+        event = {"event": kind, "message": message, "data": data}
+        print(json.dumps(event, default=str), file=stderr, flush=True)
+
+    hooks = TrainHooks(on_step=on_step, on_event=on_event)
+    with ExitStack() as stack:
+        scorers = stack.enter_context(open_scorers(job.verifiers))
+        eval_scorers = None
+        if job.eval_verifiers is not None:
+            eval_scorers = stack.enter_context(open_scorers(job.eval_verifiers))
+        result = train(
+            job.spec,
+            job.records,
+            scorers,
+            Path(out_dir),
+            hooks,
+            resume_from=resume_from,
+            device=device,
+            eval_records=job.eval_records,
+            eval_scorers=eval_scorers,
+        )
+    return result.steps_completed
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LOCAL_ERRORS":  # lazy: importing it loads torch and the verifier runtime
+        return _local_errors()
+    raise AttributeError(name)
