@@ -35,8 +35,10 @@ def sql(cluster: Cluster, query: str) -> list[list[str]]:
     db = cluster.svc.env["GRPO_DATABASE_URL"].rsplit("/", 1)[1]
     out = subprocess.run(
         ["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", db, "-tAc", query],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return [line.split("|") for line in out.splitlines() if line]
 
 
@@ -74,27 +76,41 @@ def fault(cluster: Cluster, rng: random.Random, log: list[dict[str, Any]]) -> No
 def report(cluster: Cluster, job_ids: list[str], faults: list[dict[str, Any]]) -> None:
     ids = ",".join(f"'{j}'" for j in job_ids)
     status = dict(sql(cluster, f"SELECT status, count(*) FROM jobs WHERE id IN ({ids}) GROUP BY 1"))
-    dup = sql(cluster, f"SELECT count(*) FROM (SELECT job_id, step FROM job_metrics "
-                       f"WHERE job_id IN ({ids}) GROUP BY 1, 2 HAVING count(*) > 1) d")[0][0]  # fmt: skip
+    dup = sql(
+        cluster,
+        f"SELECT count(*) FROM (SELECT job_id, step FROM job_metrics "
+        f"WHERE job_id IN ({ids}) GROUP BY 1, 2 HAVING count(*) > 1) d",
+    )[0][0]
     # a metric row of epoch e stored after epoch e+1 was claimed would be a zombie write
-    overlap = sql(cluster, f"""
+    overlap = sql(
+        cluster,
+        f"""
         SELECT count(*) FROM checkpoints c JOIN job_events e ON e.job_id = c.job_id
         WHERE c.job_id IN ({ids}) AND e.data->>'status' = 'running'
-          AND (e.data->>'epoch')::int > c.epoch AND c.created_at > e.at""")[0][0]  # fmt: skip
-    ckpts = sql(cluster, f"SELECT job_id, step FROM checkpoints WHERE job_id IN ({ids}) "
-                         f"ORDER BY job_id, created_at")  # fmt: skip
+          AND (e.data->>'epoch')::int > c.epoch AND c.created_at > e.at""",
+    )[0][0]
+    ckpts = sql(
+        cluster,
+        f"SELECT job_id, step FROM checkpoints WHERE job_id IN ({ids}) ORDER BY job_id, created_at",
+    )
     monotonic = all(
         int(b[1]) > int(a[1]) for a, b in zip(ckpts, ckpts[1:], strict=False) if a[0] == b[0]
     )
-    redo = [int(r[0]) for r in sql(cluster, f"SELECT data->>'redo_steps' FROM job_events "
-                                            f"WHERE type = 'resumed' AND job_id IN ({ids})")]  # fmt: skip
+    redo = [
+        int(r[0])
+        for r in sql(
+            cluster,
+            f"SELECT data->>'redo_steps' FROM job_events "
+            f"WHERE type = 'resumed' AND job_id IN ({ids})",
+        )
+    ]
     claims = sorted(
         float(r[0])
         for r in sql(
             cluster,
             f"SELECT extract(epoch FROM at) FROM job_events "
             f"WHERE data->>'status' = 'running' AND job_id IN ({ids})",
-        )  # fmt: skip
+        )
     )
     recovery = []
     for f in faults:
@@ -106,8 +122,10 @@ def report(cluster: Cluster, job_ids: list[str], faults: list[dict[str, Any]]) -
     print(f"jobs submitted          {len(job_ids)}")
     print(f"succeeded               {succeeded}  (statuses: {status})")
     print(f"lost                    {lost}")
-    print(f"faults injected         {len(faults)}: "
-          f"{ {a: sum(f['action'] == a for f in faults) for a in ('kill', 'stop', 'redis')} }")  # fmt: skip
+    print(
+        f"faults injected         {len(faults)}: "
+        f"{ {a: sum(f['action'] == a for f in faults) for a in ('kill', 'stop', 'redis')} }"
+    )
     print(f"overlapping live epochs {overlap}")
     print(f"duplicate metric rows   {dup}")
     print(f"checkpoint steps monotonic: {'yes' if monotonic else 'NO'}")
@@ -142,8 +160,10 @@ def main() -> None:
             faults: list[dict[str, Any]] = []
             deadline = time.monotonic() + args.seconds
             while time.monotonic() < deadline:
-                live = sql(cluster, "SELECT count(*) FROM jobs WHERE status IN "
-                                    "('queued', 'running', 'cancelling')")[0][0]  # fmt: skip
+                live = sql(
+                    cluster,
+                    "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running', 'cancelling')",
+                )[0][0]
                 if live == "0":
                     break
                 time.sleep(rng.uniform(4, 10))

@@ -116,11 +116,11 @@ def train_local(
     """Train locally with the GRPO engine (no API, no queue): one JSON line per step."""
     from pydantic import ValidationError
 
-    from workers.local_train import LOCAL_ERRORS, run_local
+    from workers.local_train import local_errors, run_local
 
     try:
         run_local(spec, out, resume_from=resume_from, device=device)
-    except (ValidationError, OSError, *LOCAL_ERRORS) as exc:
+    except (ValidationError, OSError, *local_errors()) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
 

@@ -16,11 +16,17 @@ from service.settings import Settings, get_settings
 from service.storage import ObjectStorage
 
 _AFTER_COMMIT = "after_commit"
+_AFTER_ROLLBACK = "after_rollback"
 
 
 def after_commit(session: Session, callback: Callable[[], None]) -> None:
     """Run `callback` once the request's transaction has committed (e.g. enqueue a task)."""
     session.info.setdefault(_AFTER_COMMIT, []).append(callback)
+
+
+def after_rollback(session: Session, callback: Callable[[], None]) -> None:
+    """Run `callback` if the request's transaction is rolled back (e.g. release a claim)."""
+    session.info.setdefault(_AFTER_ROLLBACK, []).append(callback)
 
 
 def get_session() -> Iterator[Session]:
@@ -33,6 +39,8 @@ def get_session() -> Iterator[Session]:
             callback()
     except BaseException:
         session.rollback()
+        for callback in session.info.pop(_AFTER_ROLLBACK, []):
+            callback()
         raise
     finally:
         session.close()

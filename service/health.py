@@ -7,15 +7,12 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from service.db import get_engine
 
 router = APIRouter(tags=["health"])
-
-REQUESTS = Counter("grpo_http_requests_total", "HTTP requests", ["method", "route", "status"])
-LATENCY = Histogram("grpo_http_request_seconds", "HTTP request latency", ["method", "route"])
 
 
 def _check_database() -> None:
@@ -53,6 +50,10 @@ async def readyz(request: Request) -> JSONResponse:
     return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
 
-@router.get("/metrics", response_class=Response)
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text."}},
+)
 def metrics() -> Response:
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

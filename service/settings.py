@@ -32,8 +32,35 @@ class Settings(BaseSettings):
         60.0, gt=0, description="Re-enqueue a queued job whose message seems lost after this long."
     )
     max_attempts: int = Field(3, ge=1, description="Claims a job gets before it fails for good.")
-    max_request_bytes: int = Field(64 << 20, description="Largest accepted request body.")
-    max_dataset_records: int = Field(1_000_000, description="Most records in one dataset.")
+    max_request_bytes: int = Field(
+        64 << 20, ge=1, description="Largest accepted request body (counted as it streams in)."
+    )
+    max_dataset_records: int = Field(1_000_000, ge=1, description="Most records in one dataset.")
+    max_dataset_line_bytes: int = Field(
+        1 << 20, ge=1, description="Longest JSONL line (one record, UTF-8 bytes) in a dataset."
+    )
+    max_open_jobs_per_tenant: int = Field(
+        100, ge=1, description="Queued, running or cancelling jobs a tenant may have at once."
+    )
+    open_jobs_retry_after_s: int = Field(
+        30, ge=1, description="Retry-After sent with the 429 for too many open jobs."
+    )
+    idempotency_ttl_s: int = Field(
+        24 * 3600, ge=1, description="How long an Idempotency-Key and its response are kept."
+    )
+    idempotency_wait_s: float = Field(
+        10.0, ge=0, description="How long a duplicate waits for the first request to finish."
+    )
+    idempotency_lock_s: float = Field(
+        120.0, gt=0, description="An unfinished key older than this is taken over (crashed API)."
+    )
+    auth_cache_s: float = Field(
+        2.0, ge=0, description="Seconds an API key lookup is cached in-process (0 = off)."
+    )
+    download_redirect: bool = Field(
+        False, description="Answer checkpoint downloads with a 307 to a presigned URL (S3)."
+    )
+    download_url_expires_s: int = Field(300, ge=1, description="Presigned download URL lifetime.")
     allow_unsafe_verifiers: bool = Field(
         False, description="Run python verifiers without the bubblewrap sandbox (never in prod)."
     )

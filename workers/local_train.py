@@ -34,7 +34,7 @@ class LocalSpecError(ValueError):
     """The SPEC file cannot run locally; the message says why and what to write instead."""
 
 
-def _local_errors() -> tuple[type[Exception], ...]:
+def local_errors() -> tuple[type[Exception], ...]:
     """Errors shown as one line by the CLI: bad spec, bad verifier config, no sandbox, no model."""
     from workers.grpo.policy import ModelLoadError
     from workers.verifiers import VerifierConfigError
@@ -179,9 +179,3 @@ def run_local(
             eval_scorers=eval_scorers,
         )
     return result.steps_completed
-
-
-def __getattr__(name: str) -> Any:
-    if name == "LOCAL_ERRORS":  # lazy: importing it loads torch and the verifier runtime
-        return _local_errors()
-    raise AttributeError(name)

@@ -68,14 +68,19 @@ def upgrade() -> None:
         sa.Column("key", sa.String(length=255), nullable=False),
         sa.Column("method_path", sa.String(length=300), nullable=False),
         sa.Column("fingerprint", sa.String(length=64), nullable=False),
-        sa.Column("status_code", sa.Integer(), nullable=False),
-        sa.Column("response", sa.JSON(), nullable=False),
+        sa.Column("status_code", sa.Integer(), nullable=True),
+        sa.Column("response", sa.JSON(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("completed_at", sa.DateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["tenant_id"], ["tenants.id"], name=op.f("fk_idempotency_keys_tenant_id_tenants")
         ),
         sa.PrimaryKeyConstraint("tenant_id", "key", name=op.f("pk_idempotency_keys")),
     )
+    with op.batch_alter_table("idempotency_keys", schema=None) as batch_op:
+        batch_op.create_index(
+            batch_op.f("ix_idempotency_keys_created_at"), ["created_at"], unique=False
+        )
     op.create_table(
         "verifier_versions",
         sa.Column("id", sa.String(length=64), nullable=False),
@@ -199,6 +204,9 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f("ix_verifier_versions_tenant_id"))
 
     op.drop_table("verifier_versions")
+    with op.batch_alter_table("idempotency_keys", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_idempotency_keys_created_at"))
+
     op.drop_table("idempotency_keys")
     with op.batch_alter_table("datasets", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_datasets_tenant_id"))

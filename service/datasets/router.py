@@ -10,11 +10,18 @@ from service.datasets import service
 from service.datasets.records import parse_jsonl, validate_records
 from service.datasets.schemas import DatasetCreate, DatasetOut
 from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
+from service.idempotency import Idempotent, IdempotentRoute
+from service.openapi import problems
 from service.errors import FieldError, invalid, json_path
 from service.models import Dataset
 from service.pagination import Page, PageDep, paginate
 
-router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+router = APIRouter(
+    prefix="/v1/datasets",
+    tags=["datasets"],
+    route_class=IdempotentRoute,
+    responses=problems(401, 422, 500),
+)
 
 _UPLOAD_BODY: dict[str, Any] = {
     "requestBody": {
@@ -63,7 +70,14 @@ async def _read_upload(request: Request) -> tuple[str, list[dict[str, Any]]]:
     return body.name, body.records
 
 
-@router.post("", status_code=201, response_model=DatasetOut, openapi_extra=_UPLOAD_BODY)
+@router.post(
+    "",
+    status_code=201,
+    response_model=DatasetOut,
+    openapi_extra=_UPLOAD_BODY,
+    dependencies=[Idempotent],
+    responses=problems(409, 413),
+)
 async def create_dataset(
     request: Request,
     session: SessionDep,
@@ -92,13 +106,13 @@ def list_datasets(session: SessionDep, tenant: TenantDep, page: PageDep) -> Page
     return Page[DatasetOut](data=data, has_more=has_more, next=nxt)
 
 
-@router.get("/{dataset_id}", response_model=DatasetOut)
+@router.get("/{dataset_id}", response_model=DatasetOut, responses=problems(404))
 def get_dataset(dataset_id: str, session: SessionDep, tenant: TenantDep) -> DatasetOut:
     row = service.get_dataset(session, tenant, dataset_id)
     return DatasetOut.model_validate(row, from_attributes=True)
 
 
-@router.delete("/{dataset_id}", status_code=204, responses={409: {"description": "in use"}})
+@router.delete("/{dataset_id}", status_code=204, responses=problems(404, 409))
 def delete_dataset(dataset_id: str, session: SessionDep, tenant: TenantDep) -> Response:
     service.delete_dataset(session, tenant, dataset_id)
     return Response(status_code=204)

@@ -5,6 +5,9 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 
 from service.deps import SessionDep, StorageDep, TenantDep
+from service.idempotency import Idempotent, IdempotentRoute
+from service.limits import check_open_jobs
+from service.openapi import problems
 from service.jobs import service
 from service.jobs.events import stream_events
 from service.jobs.schemas import (
@@ -20,7 +23,12 @@ from service.jobs.schemas import (
 from service.models import Job
 from service.pagination import Page, PageDep, paginate
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(
+    prefix="/v1/jobs",
+    tags=["jobs"],
+    route_class=IdempotentRoute,
+    responses=problems(401, 422, 500),
+)
 
 
 def load_job(job_id: str, session: SessionDep, tenant: TenantDep) -> Job:
@@ -35,7 +43,13 @@ def _out(job: Job) -> JobOut:
     return JobOut.model_validate(job, from_attributes=True)
 
 
-@router.post("", status_code=201, response_model=JobOut)
+@router.post(
+    "",
+    status_code=201,
+    response_model=JobOut,
+    dependencies=[Idempotent, Depends(check_open_jobs)],
+    responses=problems(409, 413, 429),
+)
 def create_job(body: JobCreate, session: SessionDep, tenant: TenantDep) -> JobOut:
     return _out(service.create_job(session, tenant, body))
 
@@ -54,17 +68,23 @@ def list_jobs(
     return Page[JobOut](data=[_out(r) for r in rows], has_more=has_more, next=nxt)
 
 
-@router.get("/{job_id}", response_model=JobOut)
+@router.get("/{job_id}", response_model=JobOut, responses=problems(404))
 def get_job(job: JobDep) -> JobOut:
     return _out(job)
 
 
-@router.post("/{job_id}/cancel", status_code=202, response_model=JobOut)
+@router.post(
+    "/{job_id}/cancel",
+    status_code=202,
+    response_model=JobOut,
+    dependencies=[Idempotent],
+    responses=problems(404, 409),
+)
 def cancel_job(job: JobDep, session: SessionDep) -> JobOut:
     return _out(service.cancel_job(session, job))
 
 
-@router.get("/{job_id}/metrics", response_model=MetricsPage)
+@router.get("/{job_id}/metrics", response_model=MetricsPage, responses=problems(404))
 def get_metrics(
     job: JobDep,
     session: SessionDep,
@@ -92,7 +112,7 @@ def get_events(
     return EventsPage(data=[EventOut.model_validate(r, from_attributes=True) for r in rows])
 
 
-@router.get("/{job_id}/checkpoints", response_model=CheckpointsPage)
+@router.get("/{job_id}/checkpoints", response_model=CheckpointsPage, responses=problems(404))
 def list_checkpoints(job: JobDep, session: SessionDep) -> CheckpointsPage:
     rows = service.list_checkpoints(session, job)
     return CheckpointsPage(

@@ -7,7 +7,8 @@ from service.models.base import Base, utcnow
 
 
 class IdempotencyKey(Base):
-    """The first response to a creating POST, replayed for the same key and body (24 h)."""
+    """A tenant's Idempotency-Key: claimed (no status yet) while its first request runs, then
+    holding that request's response, replayed for the same key and body for 24 h."""
 
     __tablename__ = "idempotency_keys"
 
@@ -15,6 +16,7 @@ class IdempotencyKey(Base):
     key: Mapped[str] = mapped_column(String(255), primary_key=True)
     method_path: Mapped[str] = mapped_column(String(300))
     fingerprint: Mapped[str] = mapped_column(String(64))
-    status_code: Mapped[int] = mapped_column(Integer)
-    response: Mapped[dict]
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    status_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    response: Mapped[dict | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    completed_at: Mapped[datetime | None] = mapped_column(default=None)

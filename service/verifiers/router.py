@@ -4,6 +4,8 @@ from fastapi import APIRouter, Query
 from sqlalchemy import select
 
 from service.deps import SessionDep, TenantDep
+from service.idempotency import Idempotent, IdempotentRoute
+from service.openapi import problems
 from service.models import VerifierVersion
 from service.pagination import Page, PageDep, paginate
 from service.verifiers import service
@@ -14,10 +16,21 @@ from service.verifiers.schemas import (
     VerifierTestResult,
 )
 
-router = APIRouter(prefix="/v1/verifiers", tags=["verifiers"])
+router = APIRouter(
+    prefix="/v1/verifiers",
+    tags=["verifiers"],
+    route_class=IdempotentRoute,
+    responses=problems(401, 422, 500),
+)
 
 
-@router.post("", status_code=201, response_model=VerifierOut)
+@router.post(
+    "",
+    status_code=201,
+    response_model=VerifierOut,
+    dependencies=[Idempotent],
+    responses=problems(409, 413),
+)
 def create_verifier(body: VerifierCreate, session: SessionDep, tenant: TenantDep) -> VerifierOut:
     row = service.create_version(session, tenant, body)
     return VerifierOut.model_validate(row, from_attributes=True)
@@ -38,13 +51,13 @@ def list_verifiers(
     return Page[VerifierOut](data=data, has_more=has_more, next=nxt)
 
 
-@router.get("/{name}", response_model=VerifierOut)
+@router.get("/{name}", response_model=VerifierOut, responses=problems(404))
 def get_verifier(name: str, session: SessionDep, tenant: TenantDep) -> VerifierOut:
     row = service.get_version(session, tenant, name)
     return VerifierOut.model_validate(row, from_attributes=True)
 
 
-@router.get("/{name}/versions/{version}", response_model=VerifierOut)
+@router.get("/{name}/versions/{version}", response_model=VerifierOut, responses=problems(404))
 def get_verifier_version(
     name: str, version: int, session: SessionDep, tenant: TenantDep
 ) -> VerifierOut:
@@ -52,9 +65,9 @@ def get_verifier_version(
     return VerifierOut.model_validate(row, from_attributes=True)
 
 
-@router.post("/{name}/test", response_model=VerifierTestResult)
+@router.post("/{name}/test", response_model=VerifierTestResult, responses=problems(404, 413))
 def test_verifier(
     name: str, body: VerifierTestRequest, session: SessionDep, tenant: TenantDep
 ) -> VerifierTestResult:
     row = service.get_version(session, tenant, name, body.version)
-    return service.run_test(row, body)
+    return service.run_test(session, row, body)

@@ -4,7 +4,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.schemas import UtcDateTime
 
-VerifierKind = Literal["python", "exact_match", "regex", "numeric", "length"]
+VerifierKind = Literal[
+    "python", "exact_match", "regex", "numeric", "length", "json_schema", "composite"
+]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$"
 
 

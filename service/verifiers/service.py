@@ -10,11 +10,18 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.errors import FieldError, invalid, not_found
+from service.errors import FieldError, ProblemError, invalid, not_found
 from service.ids import new_id
 from service.models import VerifierVersion
 from service.verifiers.schemas import VerifierCreate, VerifierTestRequest, VerifierTestResult
-from workers.verifiers import VerifierConfigError, open_verifier, validate_config
+from workers.verifiers import (
+    Resolver,
+    SandboxUnavailableError,
+    VerifierConfigError,
+    open_verifier,
+    pin_composite,
+    validate_config,
+)
 
 
 def config_sha256(kind: str, config: dict[str, Any]) -> str:
@@ -25,6 +32,8 @@ def config_sha256(kind: str, config: dict[str, Any]) -> str:
 def create_version(session: Session, tenant_id: str, body: VerifierCreate) -> VerifierVersion:
     try:
         config = validate_config(body.kind, body.config)
+        if body.kind == "composite":  # parts are pinned to exact versions at registration
+            config = pin_composite(config, make_resolver(session, tenant_id), name=body.name)
     except VerifierConfigError as exc:
         raise invalid(
             [
@@ -52,6 +61,18 @@ def create_version(session: Session, tenant_id: str, body: VerifierCreate) -> Ve
     return row
 
 
+def make_resolver(session: Session, tenant_id: str) -> Resolver:
+    """Look up a (name, version) of this tenant for composite verifiers."""
+
+    def resolve(name: str, version: int | None) -> tuple[int, str, dict[str, Any]]:
+        row = find_version(session, tenant_id, name, version)
+        if row is None:
+            raise LookupError(f"no verifier {name}" + (f" version {version}" if version else ""))
+        return row.version, row.kind, row.config
+
+    return resolve
+
+
 def find_version(
     session: Session, tenant_id: str, name: str, version: int | None = None
 ) -> VerifierVersion | None:
@@ -73,7 +94,9 @@ def get_version(
     return row
 
 
-def run_test(row: VerifierVersion, body: VerifierTestRequest) -> VerifierTestResult:
+def run_test(
+    session: Session, row: VerifierVersion, body: VerifierTestRequest
+) -> VerifierTestResult:
     """Score samples through exactly the code path training uses."""
     errors = [
         FieldError(path=f"$.samples[{i}].{field}", message=f"'{field}' is required")
@@ -84,7 +107,12 @@ def run_test(row: VerifierVersion, body: VerifierTestRequest) -> VerifierTestRes
     if errors:
         raise invalid(errors)
     started = time.perf_counter()
-    with open_verifier(row.kind, row.config, name=row.name) as verifier:
-        scores, errs = verifier.score(body.samples)
+    resolve = make_resolver(session, row.tenant_id)
+    try:
+        # Opened and scored on this one thread: the sandbox dies with the thread that made it.
+        with open_verifier(row.kind, row.config, name=row.name, resolve=resolve) as verifier:
+            scores, errs = verifier.score(body.samples)
+    except SandboxUnavailableError as exc:
+        raise ProblemError(503, "Sandbox Unavailable", str(exc)) from exc
     elapsed_ms = (time.perf_counter() - started) * 1000
     return VerifierTestResult(scores=scores, errors=errs, elapsed_ms=round(elapsed_ms, 3))

@@ -66,6 +66,7 @@ class Cluster:
 def run_cluster(work: Path, s3_endpoint: str, workers: int = 2) -> Iterator[Cluster]:
     from tests.e2e.conftest import PG, _psql
 
+    work.mkdir(parents=True, exist_ok=True)
     db = f"grpo_chaos_{secrets.token_hex(4)}"
     _psql(f"CREATE DATABASE {db}")
     redis = PrivateRedis(free_port())

@@ -127,6 +127,7 @@ def test_missing_model_fails_with_reason(
     final = wait_final(client, job["id"], timeout=120)
     assert final["status"] == "failed", final
     assert "no-such-model" in final["error"]["message"], final["error"]
+    assert final["error"]["code"] == "model_load_error"
 
 
 def test_verifier_that_raises_is_counted_not_fatal(

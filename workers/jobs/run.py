@@ -154,6 +154,19 @@ class JobRun:
             signal.signal(signal.SIGTERM, previous)
 
 
+ERROR_CODES = {
+    "ModelLoadError": "model_load_error",
+    "VerifierBudgetExceeded": "verifier_budget_exceeded",
+    "SandboxUnavailableError": "sandbox_unavailable",
+    "LookupError": "missing_reference",
+}
+
+
+def error_code(exc: BaseException) -> str:
+    """A stable, documented code for the job's `error` (the message carries the detail)."""
+    return ERROR_CODES.get(type(exc).__name__, "internal_error")
+
+
 def upload_verified(
     storage: ObjectStorage, key: str, path: Path, size: int, attempts: int = 4
 ) -> None:
@@ -195,8 +208,7 @@ def run_job(job_id: str, settings: Settings | None = None) -> None:
         log.warning("job %s epoch %s: lease lost, this run writes nothing more", job_id, epoch)
     except Exception as exc:  # every failure ends the job with its reason
         log.exception("job %s failed", job_id)
-        code = getattr(exc, "code", None) or type(exc).__name__
-        run.finish("failed", {"code": str(code), "message": str(exc)[:2000]})
+        run.finish("failed", {"code": error_code(exc), "message": str(exc)[:2000]})
     finally:
         run.stop_heartbeat()
         shutil.rmtree(work_dir, ignore_errors=True)

@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from service.db import session_scope
 from service.models import VerifierVersion
+from service.verifiers.service import make_resolver
 from workers.verifiers import Verifier, open_verifier
 
 
@@ -29,7 +30,7 @@ class WeightedVerifier:
 
 @contextmanager
 def open_scorers(tenant_id: str, pinned: list[dict[str, Any]]) -> Iterator[list[WeightedVerifier]]:
-    with session_scope() as session:
+    with session_scope() as session, ExitStack() as stack:
         rows = []
         for ref in pinned:
             row = session.scalar(
@@ -41,17 +42,20 @@ def open_scorers(tenant_id: str, pinned: list[dict[str, Any]]) -> Iterator[list[
             )
             if row is None:
                 raise LookupError(f"verifier {ref['name']} version {ref['version']} is gone")
-            session.expunge(row)
             rows.append((row, float(ref.get("weight", 1.0))))
-    with ExitStack() as stack:
-        yield [
+        resolve = make_resolver(session, tenant_id)  # composite parts are pinned versions
+        scorers = [
             WeightedVerifier(
                 name=row.name,
                 weight=weight,
-                verifier=stack.enter_context(open_verifier(row.kind, row.config, name=row.name)),
+                verifier=stack.enter_context(
+                    open_verifier(row.kind, row.config, name=row.name, resolve=resolve)
+                ),
             )
             for row, weight in rows
         ]
+        session.commit()
+        yield scorers
 
 
 def records_from_jsonl(data: bytes) -> list[dict[str, Any]]:

@@ -97,7 +97,9 @@ def _trl_loss(trainer: GRPOTrainer, b: dict) -> tuple[torch.Tensor, torch.Tensor
     return loss.detach(), logp.grad, {k: v[-1] for k, v in trainer._metrics["train"].items()}
 
 
-def _our_loss(b: dict, aggregation: str, eps_high: float) -> tuple[torch.Tensor, torch.Tensor, dict]:
+def _our_loss(
+    b: dict, aggregation: str, eps_high: float
+) -> tuple[torch.Tensor, torch.Tensor, dict]:
     logp = b["logp"].clone().requires_grad_()
     loss, stats = grpo_loss(
         logp,

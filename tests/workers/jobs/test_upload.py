@@ -27,9 +27,7 @@ class FlakyStorage(LocalStorage):
         super().put_file(key, path)
 
 
-def test_upload_retries_until_stored_whole(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_upload_retries_until_stored_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(run.time, "sleep", lambda _s: None)
     archive = tmp_path / "a.tar"
     archive.write_bytes(b"x" * 1000)

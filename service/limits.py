@@ -1,0 +1,76 @@
+"""Request limits: the body size (counted while it streams in) and open jobs per tenant."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends
+from sqlalchemy import func, select
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.deps import SessionDep, SettingsDep, TenantDep
+from service.errors import Problem, render_problem, too_many
+from service.models import LIVE_STATUSES, Job
+
+
+class BodyTooLarge(HTTPException):
+    """An HTTPException so that FastAPI's body reader lets it through; rendered as a 413."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the request body is larger than the limit of {limit} bytes")
+
+
+class BodyLimitMiddleware:
+    """Counts the bytes of every request body as they arrive: a `Content-Length` above the
+    limit is refused before reading, and a chunked or lying body is cut off at the limit."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise BodyTooLarge(self.max_bytes)
+            return message
+
+        await self.app(scope, counted, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        exc = BodyTooLarge(self.max_bytes)
+        problem = Problem(title="Content Too Large", status=413, detail=exc.detail)
+        response = render_problem(problem, {"Connection": "close"})
+        await response(scope, receive, send)
+
+
+def check_open_jobs(session: SessionDep, tenant: TenantDep, settings: SettingsDep) -> None:
+    """429 with Retry-After when the tenant already has its quota of live jobs. A soft limit:
+    two racing submissions may both pass at the edge."""
+    limit = settings.max_open_jobs_per_tenant
+    count = session.scalar(
+        select(func.count())
+        .select_from(Job)
+        .where(Job.tenant_id == tenant, Job.status.in_(LIVE_STATUSES))
+    )
+    if (count or 0) >= limit:
+        raise too_many(
+            f"the tenant has {count} open jobs; the limit is {limit}",
+            settings.open_jobs_retry_after_s,
+        )
+
+
+OpenJobsLimit = Annotated[None, Depends(check_open_jobs)]

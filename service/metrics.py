@@ -1,0 +1,92 @@
+"""Prometheus metrics: requests and latencies by route (an ASGI middleware), and, computed at
+each scrape, jobs by status and the depth of every queue in use."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.db import session_scope
+from service.models import Job
+
+log = logging.getLogger(__name__)
+
+REQUESTS = Counter("grpo_http_requests_total", "HTTP requests", ["method", "route", "status"])
+LATENCY = Histogram(
+    "grpo_http_request_seconds",
+    "HTTP request latency",
+    ["method", "route"],
+    buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+STATUSES = ("queued", "running", "cancelling", "succeeded", "failed", "cancelled")
+
+
+class MetricsMiddleware:
+    """Counts every request by route template (not raw path: ids would explode the labels)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            REQUESTS.labels(scope["method"], route, status).inc()
+            LATENCY.labels(scope["method"], route).observe(time.perf_counter() - started)
+
+
+class JobsCollector(Collector):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        jobs = GaugeMetricFamily("grpo_jobs", "Jobs by status (all tenants)", labels=["status"])
+        depth = GaugeMetricFamily(
+            "grpo_queue_depth", "Messages waiting in a broker queue", labels=["queue"]
+        )
+        try:
+            with session_scope() as s:
+                counts = dict(
+                    s.execute(select(Job.status, func.count()).group_by(Job.status)).all()
+                )
+                queues = set(s.scalars(select(Job.queue).where(Job.status == "queued").distinct()))
+        except Exception:
+            log.warning("metrics: database unreachable", exc_info=True)
+            return
+        for status in STATUSES:
+            jobs.add_metric([status], counts.get(status, 0))
+        yield jobs
+        from workers.celery_app import queue_depth
+
+        for queue in sorted(queues | {"gpu"}):
+            size = queue_depth(queue)
+            if size is not None:
+                depth.add_metric([queue], size)
+        yield depth
+
+
+_registered = False
+
+
+def register_collectors() -> None:
+    global _registered
+    if not _registered:
+        REGISTRY.register(JobsCollector())
+        _registered = True
