@@ -58,14 +58,17 @@ def fault(cluster: Cluster, rng: random.Random, log: list[dict[str, Any]]) -> No
     if action in ("kill", "stop") and not pids:
         return
     at = time.time()
-    if action == "kill":
-        os.kill(rng.choice(pids), signal.SIGKILL)
-    elif action == "stop":
-        pid = rng.choice(pids)
-        os.kill(pid, signal.SIGSTOP)
-        time.sleep(8)  # past the 5 s lease
-        os.kill(pid, signal.SIGCONT)
-    else:
+    try:
+        if action == "kill":
+            os.kill(rng.choice(pids), signal.SIGKILL)
+        elif action == "stop":
+            pid = rng.choice(pids)
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(8)  # past the 5 s lease
+            os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:  # that run finished meanwhile
+        return
+    if action == "redis":
         cluster.redis.kill()
         time.sleep(2)
         cluster.redis.start()
@@ -144,7 +147,11 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(args.seed)
 
+    import logging
+
     from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
     from workers.grpo.tiny_model import make_tiny_model
 
@@ -154,8 +161,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = make_tiny_model(Path(tmp) / "model")
         with run_cluster(Path(tmp) / "cluster", f"http://{host}:{port}") as cluster:
-            client = cluster.client("chaos")
-            job_ids = [submit_digit_job(client, model, **JOB)["id"] for _ in range(args.jobs)]
+            # a tenant per job: each registers its own "digits" verifier version 1
+            job_ids = [
+                submit_digit_job(cluster.client(f"chaos-{i}"), model, **JOB)["id"]
+                for i in range(args.jobs)
+            ]
             print(f"submitted {len(job_ids)} jobs; injecting faults", flush=True)
             faults: list[dict[str, Any]] = []
             deadline = time.monotonic() + args.seconds

@@ -95,7 +95,14 @@ def run_ours(model_dir: str, s: Settings) -> dict:
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as work:
-        train(spec, records(), [DigitScorer()], Path(work), TrainHooks(on_step=on_step), device=s.device)
+        train(
+            spec,
+            records(),
+            [DigitScorer()],
+            Path(work),
+            TrainHooks(on_step=on_step),
+            device=s.device,
+        )
     return _result(ends, start, tokens, rewards)
 
 

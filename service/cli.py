@@ -24,6 +24,14 @@ GraceOpt = Annotated[
 ]
 
 
+def _log_sandbox_mode() -> None:
+    from workers.verifiers import sandbox_mode
+
+    mode = sandbox_mode()
+    style = {"bubblewrap": "green", "unsafe-subprocess": "bold red"}.get(mode, "yellow")
+    console.print(f"python verifier sandbox: [{style}]{mode}[/]")
+
+
 @app.command()
 def migrate() -> None:
     """Upgrade the database schema to the latest revision."""
@@ -45,6 +53,7 @@ def worker(
     grace_seconds: GraceOpt = 600.0,
 ) -> None:
     """Run a Celery training worker (one job at a time) and the reconciler."""
+    _log_sandbox_mode()
     supervisor = Supervisor([worker_command(queue)], grace_seconds=grace_seconds, reconcile=True)
     raise typer.Exit(supervisor.run())
 
@@ -58,6 +67,7 @@ def up(host: HostOpt = "127.0.0.1", port: PortOpt = 8000, grace_seconds: GraceOp
     settings = get_settings()
     upgrade()
     mode = "embedded" if settings.embedded else "production"
+    _log_sandbox_mode()
     console.print(f"grpo-service up ({mode}) on http://{host}:{port}, data in {settings.data_path}")
     commands = [api_command(host, port), worker_command("gpu")]
     raise typer.Exit(Supervisor(commands, grace_seconds=grace_seconds, reconcile=True).run())

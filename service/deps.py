@@ -9,7 +9,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from service.auth.service import authenticate
+from service.auth.cache import tenant_for_key
 from service.db import get_sessionmaker
 from service.errors import ProblemError
 from service.settings import Settings, get_settings
@@ -47,20 +47,26 @@ def get_session() -> Iterator[Session]:
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+async def _settings() -> Settings:
+    return get_settings()  # async: a cached value needs no trip through the thread pool
+
+
+SettingsDep = Annotated[Settings, Depends(_settings)]
 
 _bearer = HTTPBearer(auto_error=False, description="API key: `Authorization: Bearer grpo_sk_…`")
 
 
-def get_tenant(
-    session: SessionDep,
+async def get_tenant(
+    settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> str:
+    """The tenant behind the bearer key. Looked up in its own short transaction (cached for
+    `auth_cache_s`), so the request's session holds no connection until the handler needs one."""
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise ProblemError(
             401, "Unauthorized", "missing API key", headers={"WWW-Authenticate": "Bearer"}
         )
-    tenant_id = authenticate(session, credentials.credentials)
+    tenant_id = await tenant_for_key(credentials.credentials, settings.auth_cache_s)
     if tenant_id is None:
         raise ProblemError(
             401,

@@ -17,6 +17,8 @@ log = logging.getLogger(__name__)
 
 
 def _title(status: int) -> str:
+    if status == 413:
+        return "Content Too Large"  # RFC 9110's name; older Pythons know only the old one
     try:
         return HTTPStatus(status).phrase
     except ValueError:

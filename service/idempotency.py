@@ -12,8 +12,10 @@ or answers 409 while it is still running; the same key with another body answers
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -35,6 +37,7 @@ from service.models.base import utcnow
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
 POLL_SECONDS = 0.05
+PURGE_PROBABILITY = 0.01
 KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
 
 
@@ -61,10 +64,8 @@ async def fingerprint(request: Request) -> str:
     body = await request.body()
     content_type = request.headers.get("content-type", "")
     if "json" in content_type:
-        try:
+        with contextlib.suppress(ValueError):
             body = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":")).encode()
-        except ValueError:
-            pass
     elif content_type.startswith("multipart/") and "boundary=" in content_type:
         boundary = content_type.split("boundary=", 1)[1].split(";")[0].strip('"')
         body = body.replace(boundary.encode(), b"")
@@ -73,8 +74,8 @@ async def fingerprint(request: Request) -> str:
     return digest.hexdigest()
 
 
-def _try_claim(claim: Claim, method_path: str, digest: str) -> IdempotencyKey | None:
-    """Insert the key row (None: claimed), or return the row that holds the key."""
+def _insert(claim: Claim, method_path: str, digest: str) -> bool:
+    """Claim the key by inserting its row; False when the key is taken."""
     try:
         with session_scope() as s:
             s.add(
@@ -85,14 +86,23 @@ def _try_claim(claim: Claim, method_path: str, digest: str) -> IdempotencyKey | 
                     fingerprint=digest,
                 )
             )
-        return None
+        return True
     except IntegrityError:
-        pass
+        return False
+
+
+def _load(claim: Claim) -> IdempotencyKey | None:
     with session_scope() as s:
         row = s.get(IdempotencyKey, (claim.tenant_id, claim.key))
         if row is not None:
             s.expunge(row)
         return row
+
+
+def _purge(before: datetime) -> None:
+    """Forget keys older than the TTL (now and then, on a claim: no cron needed)."""
+    with session_scope() as s:
+        s.execute(delete(IdempotencyKey).where(IdempotencyKey.created_at < before))
 
 
 def _drop(claim: Claim, created_at: datetime | None = None) -> None:
@@ -114,9 +124,13 @@ async def acquire(claim: Claim, method_path: str, digest: str, settings: Any) ->
     lock = timedelta(seconds=settings.idempotency_lock_s)
     deadline = asyncio.get_running_loop().time() + settings.idempotency_wait_s
     while True:
-        row = await run_in_threadpool(_try_claim, claim, method_path, digest)
+        row = await run_in_threadpool(_load, claim)
         if row is None:
-            return
+            if await run_in_threadpool(_insert, claim, method_path, digest):
+                if random.random() < PURGE_PROBABILITY:
+                    await run_in_threadpool(_purge, utcnow() - ttl)
+                return
+            continue  # lost the race to a concurrent duplicate: read its row
         age = utcnow() - _aware(row.created_at)
         if age > ttl or (row.status_code is None and age > lock):
             await run_in_threadpool(_drop, claim, row.created_at)  # expired, or its API died

@@ -15,6 +15,7 @@ _DESCRIPTIONS = {
     404: "No such object for this tenant (another tenant's id answers exactly the same).",
     409: "Conflict: the object's state forbids it, or an Idempotency-Key reused with another "
     "body (or still in progress).",
+    416: "The Range is outside the object.",
     413: "The request body (or a dataset line) is over the configured limit.",
     422: "Validation error: `errors` lists every bad field with its JSON path.",
     429: "Over a per-tenant limit; retry after `Retry-After` seconds.",

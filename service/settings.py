@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     auth_cache_s: float = Field(
         2.0, ge=0, description="Seconds an API key lookup is cached in-process (0 = off)."
     )
+    sse_keepalive_s: float = Field(
+        15.0, gt=0, description="An idle event stream sends a keep-alive comment this often."
+    )
     download_redirect: bool = Field(
         False, description="Answer checkpoint downloads with a 307 to a presigned URL (S3)."
     )

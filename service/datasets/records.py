@@ -50,7 +50,9 @@ def validate_records(records: list[Any]) -> list[FieldError]:
     return errors
 
 
-def parse_jsonl(data: bytes) -> tuple[list[dict[str, Any]], list[FieldError]]:
+def parse_jsonl(
+    data: bytes, max_records: int | None = None, max_line_bytes: int | None = None
+) -> tuple[list[dict[str, Any]], list[FieldError]]:
     """Parse and validate JSONL; errors name the 1-based line numbers. Blank lines are skipped."""
     records: list[dict[str, Any]] = []
     errors: list[FieldError] = []
@@ -62,6 +64,19 @@ def parse_jsonl(data: bytes) -> tuple[list[dict[str, Any]], list[FieldError]]:
         if not line.strip():
             continue
         path = f"$.file.line[{lineno}]"
+        if max_line_bytes is not None and len(line) > max_line_bytes // 4:
+            size = len(line.encode())
+            if size > max_line_bytes:
+                errors.append(
+                    FieldError(
+                        path=path,
+                        message=f"line {lineno}: {size} bytes; the limit is {max_line_bytes}",
+                    )
+                )
+                continue
+        if max_records is not None and len(records) >= max_records:
+            errors.append(FieldError(path="$.file", message=f"more than {max_records} records"))
+            break
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:

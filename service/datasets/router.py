@@ -5,22 +5,23 @@ from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 from sqlalchemy import select
+from starlette.datastructures import UploadFile
 
 from service.datasets import service
 from service.datasets.records import parse_jsonl, validate_records
 from service.datasets.schemas import DatasetCreate, DatasetOut
 from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
-from service.idempotency import Idempotent, IdempotentRoute
-from service.openapi import problems
 from service.errors import FieldError, invalid, json_path
+from service.idempotency import Idempotent, IdempotentRoute
 from service.models import Dataset
+from service.openapi import problems
 from service.pagination import Page, PageDep, paginate
 
 router = APIRouter(
     prefix="/v1/datasets",
     tags=["datasets"],
     route_class=IdempotentRoute,
-    responses=problems(401, 422, 500),
+    responses=problems(400, 401, 422, 500),
 )
 
 _UPLOAD_BODY: dict[str, Any] = {
@@ -43,27 +44,36 @@ _UPLOAD_BODY: dict[str, Any] = {
 }
 
 
-async def _read_upload(request: Request) -> tuple[str, list[dict[str, Any]]]:
+async def _read_upload(
+    request: Request, max_records: int, max_line_bytes: int
+) -> tuple[str, list[dict[str, Any]]]:
     """Name and records from either a JSON body or a multipart JSONL upload."""
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
         form = await request.form()
         name, upload = form.get("name"), form.get("file")
-        missing = [f for f, v in (("name", name), ("file", upload)) if not v]
-        if missing:
-            raise invalid([FieldError(path=f"$.{f}", message="field required") for f in missing])
-        records, errors = parse_jsonl(await upload.read())  # type: ignore[union-attr]
+        errors: list[FieldError] = []
+        if not isinstance(name, str) or not 1 <= len(name) <= 200:
+            errors.append(FieldError(path="$.name", message="a string of 1 to 200 characters"))
+        if not isinstance(upload, UploadFile):
+            errors.append(FieldError(path="$.file", message="a JSONL file is required"))
+        if errors:
+            raise invalid(errors)
+        data = await upload.read()
+        records, errors = parse_jsonl(data, max_records, max_line_bytes)
         if errors:
             raise invalid(errors)
         return str(name), records
     try:
         body = DatasetCreate.model_validate(json.loads(await request.body()))
-    except json.JSONDecodeError as exc:
-        raise invalid([FieldError(path="$", message=f"invalid JSON: {exc.msg}")]) from exc
-    except ValidationError as exc:
-        raise invalid(
-            [FieldError(path=json_path(e["loc"]), message=e["msg"]) for e in exc.errors()]
-        ) from exc
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, pydantic's error
+        if isinstance(exc, ValidationError):
+            raise invalid(
+                [FieldError(path=json_path(e["loc"]), message=e["msg"]) for e in exc.errors()]
+            ) from exc
+        raise invalid([FieldError(path="$", message=f"invalid JSON: {exc}")]) from exc
+    if len(body.records) > max_records:
+        raise invalid([FieldError(path="$.records", message=f"more than {max_records} records")])
     errors = validate_records(body.records)
     if errors:
         raise invalid(errors)
@@ -85,7 +95,9 @@ async def create_dataset(
     storage: StorageDep,
     settings: SettingsDep,
 ) -> DatasetOut:
-    name, records = await _read_upload(request)
+    name, records = await _read_upload(
+        request, settings.max_dataset_records, settings.max_dataset_line_bytes
+    )
     row = await run_in_threadpool(
         service.create_dataset,
         session,

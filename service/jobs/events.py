@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,6 +16,8 @@ from service.db import session_scope
 from service.models import FINAL_STATUSES, Job, JobEvent
 
 POLL_SECONDS = 0.5
+KEEPALIVE_SECONDS = 15.0
+RETRY_MS = 2000
 
 
 def add_event(
@@ -24,30 +27,48 @@ def add_event(
 
 
 def _fetch(job_id: str, after: int) -> tuple[list[dict[str, Any]], bool]:
+    """Events after `after`, and whether the job was final before they were read (so that a
+    final job's last events are never missed)."""
     from service.jobs.schemas import EventOut
 
     with session_scope() as session:
+        status = session.scalar(select(Job.status).where(Job.id == job_id))
         rows = session.scalars(
             select(JobEvent)
             .where(JobEvent.job_id == job_id, JobEvent.id > after)
             .order_by(JobEvent.id)
+            .limit(500)
         )
         events = [
             EventOut.model_validate(r, from_attributes=True).model_dump(mode="json") for r in rows
         ]
-        status = session.scalar(select(Job.status).where(Job.id == job_id))
-    return events, status in FINAL_STATUSES
+    return events, status in FINAL_STATUSES or status is None
 
 
-async def stream_events(job_id: str, after: int) -> AsyncIterator[str]:
-    """SSE frames until the job is final and every event has been sent; ids allow resuming."""
+def sse_frame(event: dict[str, Any]) -> str:
+    return f"id: {event['id']}\nevent: {event['type']}\ndata: {json.dumps(event)}\n\n"
+
+
+async def stream_events(
+    job_id: str, after: int, keepalive_s: float = KEEPALIVE_SECONDS
+) -> AsyncIterator[str]:
+    """SSE frames from event `after` on, until the job is final and every event is sent.
+
+    Each frame's `id` is the event id, so a client resumes with `Last-Event-ID`. A comment
+    line keeps idle connections (and proxies) alive every `keepalive_s`.
+    """
+    yield f"retry: {RETRY_MS}\n\n"
+    last_write = time.monotonic()
     while True:
         events, final = await run_in_threadpool(_fetch, job_id, after)
         for event in events:
             after = event["id"]
-            yield f"id: {event['id']}\nevent: {event['type']}\ndata: {json.dumps(event)}\n\n"
+            yield sse_frame(event)
+            last_write = time.monotonic()
         if final and not events:
             return
-        if not events:
+        if not events and time.monotonic() - last_write >= keepalive_s:
             yield ": keep-alive\n\n"
-        await asyncio.sleep(POLL_SECONDS)
+            last_write = time.monotonic()
+        if not events:
+            await asyncio.sleep(POLL_SECONDS)

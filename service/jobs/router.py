@@ -1,14 +1,13 @@
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query
+from fastapi import APIRouter, Depends, Header, Path, Query, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 
-from service.deps import SessionDep, StorageDep, TenantDep
+from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
 from service.idempotency import Idempotent, IdempotentRoute
-from service.limits import check_open_jobs
-from service.openapi import problems
 from service.jobs import service
+from service.jobs.downloads import download_response
 from service.jobs.events import stream_events
 from service.jobs.schemas import (
     CheckpointOut,
@@ -20,14 +19,16 @@ from service.jobs.schemas import (
     JobStatus,
     MetricsPage,
 )
+from service.limits import check_open_jobs
 from service.models import Job
+from service.openapi import problems
 from service.pagination import Page, PageDep, paginate
 
 router = APIRouter(
     prefix="/v1/jobs",
     tags=["jobs"],
     route_class=IdempotentRoute,
-    responses=problems(401, 422, 500),
+    responses=problems(400, 401, 422, 500),
 )
 
 
@@ -69,7 +70,7 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=problems(404))
-def get_job(job: JobDep) -> JobOut:
+async def get_job(job: JobDep) -> JobOut:
     return _out(job)
 
 
@@ -96,18 +97,33 @@ def get_metrics(
 @router.get(
     "/{job_id}/events",
     response_model=EventsPage,
-    responses={200: {"content": {"text/event-stream": {}}}},
+    responses={
+        200: {
+            "description": "Events as JSON, or with `Accept: text/event-stream` a live SSE "
+            "stream: one frame per event (`id` = event id, `event` = type, `data` = the "
+            "event as JSON), a keep-alive comment when idle, the end when the job is final.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        **problems(404),
+    },
 )
 def get_events(
     job: JobDep,
     session: SessionDep,
+    settings: SettingsDep,
     after: Annotated[int, Query(ge=0, description="Only events after this id.")] = 0,
     accept: Annotated[str | None, Header()] = None,
-    last_event_id: Annotated[int | None, Header(ge=0)] = None,
+    last_event_id: Annotated[
+        int | None, Header(ge=0, description="SSE resume point; overrides `after`.")
+    ] = None,
 ) -> EventsPage | StreamingResponse:
     if accept and "text/event-stream" in accept:
         start = last_event_id if last_event_id is not None else after
-        return StreamingResponse(stream_events(job.id, start), media_type="text/event-stream")
+        return StreamingResponse(
+            stream_events(job.id, start, settings.sse_keepalive_s),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
     rows = service.list_events(session, job, after)
     return EventsPage(data=[EventOut.model_validate(r, from_attributes=True) for r in rows])
 
@@ -123,18 +139,22 @@ def list_checkpoints(job: JobDep, session: SessionDep) -> CheckpointsPage:
 @router.get(
     "/{job_id}/checkpoints/{step}/download",
     response_class=StreamingResponse,
-    responses={200: {"content": {"application/x-tar": {}}, "description": "The checkpoint tar."}},
+    responses={
+        200: {"content": {"application/x-tar": {}}, "description": "The checkpoint tar."},
+        206: {"content": {"application/x-tar": {}}, "description": "The requested byte range."},
+        307: {"description": "Redirect to a short-lived presigned URL (S3 storage)."},
+        **problems(404, 416),
+    },
 )
 def download_checkpoint(
-    job: JobDep, step: str, session: SessionDep, storage: StorageDep
-) -> StreamingResponse:
+    job: JobDep,
+    step: Annotated[str, Path(description="A step number, or `latest`.")],
+    session: SessionDep,
+    storage: StorageDep,
+    settings: SettingsDep,
+    range_: Annotated[
+        str | None, Header(alias="Range", description="A single `bytes=` range.")
+    ] = None,
+) -> Response:
     ckpt = service.get_checkpoint(session, job, step)
-    headers = {
-        "Content-Length": str(ckpt.size_bytes),
-        "Content-Disposition": f'attachment; filename="{job.id}-step-{ckpt.step}.tar"',
-        "X-Checkpoint-SHA256": ckpt.sha256,
-        "X-Checkpoint-Step": str(ckpt.step),
-    }
-    return StreamingResponse(
-        storage.open_stream(ckpt.object_key), media_type="application/x-tar", headers=headers
-    )
+    return download_response(job, ckpt, storage, settings, range_)

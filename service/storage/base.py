@@ -48,6 +48,12 @@ class ObjectStorage(Protocol):
         """
         ...
 
+    def open_range(
+        self, key: str, start: int, end: int, chunk_size: int = DEFAULT_CHUNK_SIZE
+    ) -> Iterator[bytes]:
+        """Yield bytes ``start..end`` (inclusive, like HTTP Range) of the object, in chunks."""
+        ...
+
     def download_file(self, key: str, path: Path) -> None:
         """Write the object to ``path`` (atomically replacing it); create parent dirs."""
         ...

@@ -61,6 +61,18 @@ def _iter_file(fh: IO[bytes], chunk_size: int) -> Iterator[bytes]:
         fh.close()
 
 
+def _iter_file_range(fh: IO[bytes], remaining: int, chunk_size: int) -> Iterator[bytes]:
+    try:
+        while remaining > 0:
+            chunk = fh.read(min(chunk_size, remaining))
+            if not chunk:
+                return
+            remaining -= len(chunk)
+            yield chunk
+    finally:
+        fh.close()
+
+
 class LocalStorage:
     """Objects as files under ``root``; ``a/b/c`` lives at ``root/a/b/c``."""
 
@@ -103,6 +115,15 @@ class LocalStorage:
     def open_stream(self, key: str, chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[bytes]:
         check_chunk_size(chunk_size)
         return _iter_file(self._open(key), chunk_size)
+
+    def open_range(
+        self, key: str, start: int, end: int, chunk_size: int = DEFAULT_CHUNK_SIZE
+    ) -> Iterator[bytes]:
+        """Yield bytes ``start..end`` (inclusive) of the object, in chunks."""
+        check_chunk_size(chunk_size)
+        fh = self._open(key)
+        fh.seek(start)
+        return _iter_file_range(fh, end - start + 1, chunk_size)
 
     def download_file(self, key: str, path: Path) -> None:
         with self._open(key) as src:

@@ -107,6 +107,30 @@ class S3Storage:
 
         return chunks()
 
+    def open_range(
+        self, key: str, start: int, end: int, chunk_size: int = DEFAULT_CHUNK_SIZE
+    ) -> Iterator[bytes]:
+        """Yield bytes ``start..end`` (inclusive) of the object, in chunks."""
+        from botocore.exceptions import ClientError
+
+        check_chunk_size(chunk_size)
+        try:
+            body = self.client.get_object(
+                Bucket=self.bucket, Key=self.object_key(key), Range=f"bytes={start}-{end}"
+            )["Body"]
+        except ClientError as exc:
+            if _is_not_found(exc):
+                raise ObjectNotFound(key) from None
+            raise
+
+        def chunks() -> Iterator[bytes]:
+            try:
+                yield from body.iter_chunks(chunk_size)
+            finally:
+                body.close()
+
+        return chunks()
+
     def download_file(self, key: str, path: Path) -> None:
         from botocore.exceptions import ClientError
 

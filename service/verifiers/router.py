@@ -5,8 +5,8 @@ from sqlalchemy import select
 
 from service.deps import SessionDep, TenantDep
 from service.idempotency import Idempotent, IdempotentRoute
-from service.openapi import problems
 from service.models import VerifierVersion
+from service.openapi import problems
 from service.pagination import Page, PageDep, paginate
 from service.verifiers import service
 from service.verifiers.schemas import (
@@ -20,7 +20,7 @@ router = APIRouter(
     prefix="/v1/verifiers",
     tags=["verifiers"],
     route_class=IdempotentRoute,
-    responses=problems(401, 422, 500),
+    responses=problems(400, 401, 422, 500),
 )
 
 

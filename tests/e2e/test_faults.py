@@ -148,3 +148,30 @@ def test_jobs_submitted_while_redis_is_down_still_run(
     final = wait_final(client, job["id"], timeout=180)
     assert final["status"] == "succeeded", cluster.svc.logs()
     assert any(e["type"] == "requeued" for e in events(client, job["id"]))
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_sigterm_hands_the_job_over_without_losing_a_step(
+    cluster: Cluster, tiny_model_dir: Path
+) -> None:
+    client = cluster.client("graceful")
+    job = submit_digit_job(client, tiny_model_dir, **LONG_JOB)
+    wait_for(lambda: started(client, job["id"], 1), "step 1")
+    trainer = trainer_pid(client, job["id"], 1)
+    supervisor = _parent(_parent(trainer))  # pool child -> celery main -> grpo-service worker
+    worker = next(p for p in cluster.workers if p.pid == supervisor)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=120) == 0
+    cluster.workers.remove(worker)
+
+    final = wait_final(client, job["id"], timeout=240)
+    assert final["status"] == "succeeded", cluster.svc.logs()
+    resumed = [e["data"] for e in events(client, job["id"]) if e["type"] == "resumed"]
+    assert len(resumed) == 1 and resumed[0]["redo_steps"] == 0, resumed  # nothing redone
+    handed_back = [e for e in events(client, job["id"]) if "handed the job back" in e["message"]]
+    assert len(handed_back) == 1
+    assert [step for step, _ in metric_rows(cluster, job["id"])] == list(range(1, 13))

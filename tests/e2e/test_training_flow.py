@@ -33,7 +33,9 @@ def wait_final(client: httpx.Client, job_id: str, timeout: float = 400) -> dict[
     raise AssertionError(f"job {job_id} did not finish: {job}")
 
 
-def submit_digit_job(client: httpx.Client, model: Path, **overrides: Any) -> dict[str, Any]:
+def submit_digit_job(
+    client: httpx.Client, model: Path, with_eval: bool = False, **overrides: Any
+) -> dict[str, Any]:
     r = client.post(
         "/v1/verifiers",
         json={"name": "digits", "kind": "python", "config": {"source": DIGIT_VERIFIER_SOURCE}},
@@ -53,6 +55,7 @@ def submit_digit_job(client: httpx.Client, model: Path, **overrides: Any) -> dic
         "grpo": {"steps": 4, "prompts_per_step": 2, "group_size": 4, "learning_rate": 1e-3},
         "generation": {"max_new_tokens": 8},
         "checkpoint_every": 2,
+        **({"eval_dataset": dataset["id"], "eval_every": 2} if with_eval else {}),
         **overrides,
     }
     r = client.post("/v1/jobs", json=spec)
@@ -65,7 +68,7 @@ def submit_digit_job(client: httpx.Client, model: Path, **overrides: Any) -> dic
 
 def check_training_flow(svc: RunningService, model: Path, tmp_path: Path) -> None:
     client = svc.client(svc.new_key(f"tenant-{tmp_path.name}"))
-    job = submit_digit_job(client, model)
+    job = submit_digit_job(client, model, with_eval=True)
     final = wait_final(client, job["id"])
     assert final["status"] == "succeeded", (final, svc.logs())
     assert final["step"] == 4 and final["started_at"] and final["finished_at"]

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from workers.grpo.config import GenerationParams
+from workers.grpo.decode import LeanDecoder
 
 Prompt = str | list[dict[str, str]]
 
@@ -71,11 +72,47 @@ def cache_keyword(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
-class HFSampler:
-    """Generation with a transformers causal LM and its tokenizer, seeded by `generator`."""
+class _HFForward:
+    """Prefill / one-token steps through the model's own forward and its KV cache."""
 
-    def __init__(self, model: Any, tokenizer: Any, generator: torch.Generator) -> None:
+    def __init__(self, model: Any) -> None:
+        self.model, self.cache_kw, self.cache = model, cache_keyword(model), None
+
+    def _run(self, ids: Tensor) -> Tensor:
+        res = self.model(
+            input_ids=ids,
+            attention_mask=self.mask,
+            position_ids=self.positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self.cache_kw: self.cache},
+        )
+        self.cache = res[self.cache_kw]
+        return res.logits[:, -1]  # (N, V)
+
+    def prefill(self, ids: Tensor, mask: Tensor, max_new_tokens: int) -> Tensor:
+        self.mask = mask  # (N, P)
+        self.positions = (mask.cumsum(1) - 1).clamp(min=0)  # (N, P)
+        return self._run(ids)
+
+    def step(self, tokens: Tensor) -> Tensor:
+        self.positions = self.positions[:, -1:] + 1  # (N, 1)
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], 1)  # (N, P + t)
+        return self._run(tokens.unsqueeze(1))
+
+
+class HFSampler:
+    """Generation with a transformers causal LM and its tokenizer, seeded by `generator`.
+
+    Llama-family models decode through `LeanDecoder` (same maths, fewer ops per token);
+    `lean=False`, or any other model, uses the model's own forward.
+    """
+
+    def __init__(
+        self, model: Any, tokenizer: Any, generator: torch.Generator, lean: bool = True
+    ) -> None:
         self.model, self.tokenizer, self.generator = model, tokenizer, generator
+        self.lean = lean
 
     def encode_prompts(self, prompts: list[Prompt]) -> tuple[Tensor, Tensor]:
         """Left-padded ids (B, P) and mask (B, P)."""
@@ -107,36 +144,28 @@ class HFSampler:
         """Sampled tokens (N, T), ended flags (N,), per-row length at a stop string."""
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
         pad = eos if pad is None else pad
-        n = prompt_ids.shape[0]
-        mask = prompt_mask  # (N, P + t)
-        positions = (prompt_mask.cumsum(1) - 1).clamp(min=0)  # (N, P)
-        inputs, cache, out, cache_kw = prompt_ids, None, [], cache_keyword(self.model)
+        n, width = prompt_ids.shape
+        lean = LeanDecoder.build(self.model, width + params.max_new_tokens) if self.lean else None
+        forward = lean or _HFForward(self.model)
+        logits = forward.prefill(prompt_ids, prompt_mask, params.max_new_tokens)  # (N, V)
         ended = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)  # (N,)
         stop_len: list[int | None] = [None] * n
+        out = []
         for t in range(params.max_new_tokens):
-            res = self.model(
-                input_ids=inputs,
-                attention_mask=mask,
-                position_ids=positions,
-                use_cache=True,
-                logits_to_keep=1,
-                **{cache_kw: cache},
-            )
-            cache = res[cache_kw]
-            logits = res.logits[:, -1].float() / params.temperature  # (N, V)
+            logits = logits.float()  # (N, V)
+            if params.temperature != 1.0:
+                logits = logits / params.temperature  # (N, V)
             logits = filter_logits(logits, params.top_k, params.top_p)  # (N, V)
             probs = logits.softmax(-1)  # (N, V)
             nxt = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)  # (N,)
-            nxt = torch.where(ended, torch.full_like(nxt, pad), nxt)  # (N,)
+            nxt = nxt.masked_fill(ended, pad)  # (N,)
             out.append(nxt)
             ended |= nxt == eos
             if params.stop:
                 self._check_stops(torch.stack(out, 1), ended, stop_len, params.stop, t + 1)
-            if bool(ended.all()):
+            if t + 1 == params.max_new_tokens or bool(ended.all()):
                 break
-            inputs = nxt.unsqueeze(1)  # (N, 1)
-            positions = positions[:, -1:] + 1  # (N, 1)
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)  # (N, P + t + 1)
+            logits = forward.step(nxt)  # (N, V)
         return torch.stack(out, 1), ended, stop_len  # (N, T)
 
     def _check_stops(

@@ -49,6 +49,8 @@ class TrainHooks:
     on_step: Callable[[int, dict[str, float]], None] = _noop  # (step, metrics), step 1-based
     on_checkpoint: Callable[[int, Path], None] = _noop  # (step, checkpoint directory)
     should_stop: Callable[[], bool] = lambda: False  # checked at every step boundary
+    # Graceful hand-over (worker shutting down): checkpoint the current step, then stop.
+    should_release: Callable[[], bool] = lambda: False
     on_event: Callable[[str, str, dict], None] = _noop  # (type, message, data)
 
 
@@ -57,6 +59,7 @@ class TrainResult:
     steps_completed: int
     stopped: bool
     final_checkpoint: Path | None
+    released: bool = False  # stopped after checkpointing, for another worker to resume
 
 
 @dataclass
@@ -103,8 +106,13 @@ def train(
     """
     run = _setup(spec, records, scorers, hooks, resume_from, device)
     run.eval_records, run.eval_scorers = list(eval_records or []), list(eval_scorers or scorers)
-    last = resume_from
+    last, saved_step = resume_from, run.step
     for step in range(run.step + 1, spec.grpo.steps + 1):
+        if hooks.should_release():
+            if run.step > saved_step:
+                last = _save(run, Path(work_dir) / "checkpoints" / f"step-{run.step:06d}")
+                hooks.on_checkpoint(run.step, last)
+            return TrainResult(run.step, True, last, released=True)
         if hooks.should_stop():
             return TrainResult(run.step, True, last)
         metrics = grpo_step(run)
@@ -117,6 +125,7 @@ def train(
         if step % spec.checkpoint_every == 0 or step == spec.grpo.steps:
             last = _save(run, Path(work_dir) / "checkpoints" / f"step-{step:06d}")
             hooks.on_checkpoint(step, last)
+            saved_step = step
     return TrainResult(run.step, False, last)
 
 

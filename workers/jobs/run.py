@@ -69,9 +69,12 @@ class JobRun:
         self._fenced(lease.record_checkpoint, row)
 
     def should_stop(self) -> bool:
-        if self.lost.is_set() or self.release_requested.is_set():
+        if self.lost.is_set():
             return True
         return self.cancel_requested.is_set() or self._poll_cancel()
+
+    def should_release(self) -> bool:
+        return self.release_requested.is_set() and not self.lost.is_set()
 
     def on_event(self, type_: str, message: str, data: dict[str, Any]) -> None:
         from service.jobs.events import add_event
@@ -221,40 +224,62 @@ def _train(run: JobRun, job: Job, storage: ObjectStorage, work_dir: Path) -> Non
     spec = TrainSpec.model_validate(
         {k: job.spec[k] for k in TrainSpec.model_fields if k in job.spec}
     )
-    with session_scope() as session:
-        dataset = session.get(Dataset, job.dataset_id)
-        assert dataset is not None
-        records = records_from_jsonl(storage.get_bytes(dataset.object_key))
-        latest = session.scalar(
-            select(Checkpoint).where(Checkpoint.job_id == job.id).order_by(Checkpoint.step.desc())
-        )
-    resume_from = None
-    if latest is not None:  # a previous attempt committed a checkpoint: continue from it
-        resume_from = work_dir / "resume"
-        archive = work_dir / "resume.tar"
-        work_dir.mkdir(parents=True, exist_ok=True)
-        storage.download_file(latest.object_key, archive)
-        extract_tar(archive, resume_from)
-        redone = max(0, job.step - latest.step)
-        message = f"resuming from the step-{latest.step} checkpoint ({redone} step(s) to redo)"
-        run.on_event("resumed", message, {"from_step": latest.step, "redo_steps": redone})
-    elif job.step > 0:
-        run.on_event(
-            "resumed", "no checkpoint yet: starting over", {"from_step": 0, "redo_steps": job.step}
-        )
+    records = _records(storage, job.dataset_id)
+    eval_records = _records(storage, job.eval_dataset_id) if job.eval_dataset_id else None
+    resume_from = _resume_point(run, job, storage, work_dir)
     hooks = TrainHooks(
         on_step=run.on_step,
         on_checkpoint=run.on_checkpoint,
         should_stop=run.should_stop,
+        should_release=run.should_release,
         on_event=run.on_event,
     )
-    with open_scorers(job.tenant_id, job.spec["verifiers"]) as scorers:
-        result = train(spec, records, scorers, work_dir / "train", hooks, resume_from=resume_from)
+    eval_refs = job.spec.get("eval_verifiers") or job.spec["verifiers"]
+    with (
+        open_scorers(job.tenant_id, job.spec["verifiers"]) as scorers,
+        open_scorers(job.tenant_id, eval_refs if eval_records else []) as eval_scorers,
+    ):
+        result = train(
+            spec, records, scorers, work_dir / "train", hooks,
+            resume_from=resume_from, eval_records=eval_records, eval_scorers=eval_scorers or None,
+        )  # fmt: skip
     if run.lost.is_set():
         return
     if not result.stopped:
         run.finish("succeeded")
-    elif run.release_requested.is_set():
+    elif result.released:
         run.release()
     else:
         run.finish("cancelled")
+
+
+def _records(storage: ObjectStorage, dataset_id: str) -> list[dict[str, Any]]:
+    with session_scope() as session:
+        dataset = session.get(Dataset, dataset_id)
+        if dataset is None:
+            raise LookupError(f"dataset {dataset_id} is gone")
+        key = dataset.object_key
+    return records_from_jsonl(storage.get_bytes(key))
+
+
+def _resume_point(run: JobRun, job: Job, storage: ObjectStorage, work_dir: Path) -> Path | None:
+    """The last committed checkpoint, unpacked, when an earlier attempt left one."""
+    with session_scope() as session:
+        latest = session.scalar(
+            select(Checkpoint).where(Checkpoint.job_id == job.id).order_by(Checkpoint.step.desc())
+        )
+        if latest is not None:
+            session.expunge(latest)
+    if latest is None:
+        if job.step > 0:
+            message = "no checkpoint yet: starting over"
+            run.on_event("resumed", message, {"from_step": 0, "redo_steps": job.step})
+        return None
+    resume_from, archive = work_dir / "resume", work_dir / "resume.tar"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    storage.download_file(latest.object_key, archive)
+    extract_tar(archive, resume_from)
+    redone = max(0, job.step - latest.step)
+    message = f"resuming from the step-{latest.step} checkpoint ({redone} step(s) to redo)"
+    run.on_event("resumed", message, {"from_step": latest.step, "redo_steps": redone})
+    return resume_from

@@ -34,13 +34,21 @@ REQUIRED_METRICS = {
 }
 
 
-def _spec(model: Path, *, checkpoint_every: int = 1000, max_new_tokens: int = 16, **grpo):
+def _spec(
+    model: Path,
+    *,
+    checkpoint_every: int = 1000,
+    max_new_tokens: int = 16,
+    eval_every: int = 25,
+    **grpo,
+):
     grpo = {"steps": 4, "prompts_per_step": 2, "group_size": 8, "learning_rate": 3e-3} | grpo
     return TrainSpec(
         base_model=str(model),
         grpo=grpo,
         generation={"max_new_tokens": max_new_tokens},
         checkpoint_every=checkpoint_every,
+        eval_every=eval_every,
     )
 
 
@@ -85,9 +93,11 @@ def test_resume_continues_exactly(tiny_model, digit_records, digit_scorer, tmp_p
         micro_batch_size=8,
         warmup_steps=1,
         lr_schedule="cosine",
+        eval_every=1,
     )
+    held_out = {"eval_records": digit_records, "eval_scorers": [digit_scorer]}
     full = Recorder()
-    result = train(spec, digit_records, [digit_scorer], tmp_path / "a", full)
+    result = train(spec, digit_records, [digit_scorer], tmp_path / "a", full, **held_out)
     assert [s for s, _ in full.checkpoints] == [2, 4]
     step2 = full.checkpoints[0][1]
     assert result.final_checkpoint == full.checkpoints[1][1]
@@ -97,10 +107,21 @@ def test_resume_continues_exactly(tiny_model, digit_records, digit_scorer, tmp_p
     AutoModelForCausalLM.from_pretrained(step2)
 
     resumed = Recorder()
-    result = train(spec, digit_records, [digit_scorer], tmp_path / "b", resumed, resume_from=step2)
+    result = train(
+        spec, digit_records, [digit_scorer], tmp_path / "b", resumed, resume_from=step2, **held_out
+    )
     assert sorted(resumed.metrics) == [3, 4] and result.steps_completed == 4
+    keys = (
+        "reward_mean",
+        "loss",
+        "kl",
+        "grad_norm",
+        "learning_rate",
+        "entropy",
+        "eval_reward_mean",
+    )
     for step in (3, 4):
-        for key in ("reward_mean", "loss", "kl", "grad_norm", "learning_rate", "entropy"):
+        for key in keys:
             assert resumed.metrics[step][key] == pytest.approx(full.metrics[step][key], abs=1e-6)
 
 
@@ -174,8 +195,7 @@ def test_missing_model_raises_model_load_error(digit_records, digit_scorer, tmp_
 
 def test_lora_trains_an_adapter_and_resumes(tiny_model, digit_records, digit_scorer, tmp_path):
     spec = _spec(tiny_model, checkpoint_every=1, steps=2, max_new_tokens=6, beta=0.04)
-    spec = spec.model_copy(update={"lora": {"r": 4}})
-    spec = TrainSpec.model_validate(spec.model_dump())
+    spec = TrainSpec.model_validate(spec.model_dump() | {"lora": {"r": 4}})
     full = Recorder()
     result = train(spec, digit_records, [digit_scorer], tmp_path / "a", full)
     assert (result.final_checkpoint / "adapter_model.safetensors").exists()

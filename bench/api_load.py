@@ -1,0 +1,266 @@
+"""API load benchmark: job-status polling and job creation against a production-mode API.
+
+Starts everything itself: a fresh PostgreSQL database, `uvicorn service.main:app --workers N`
+(Redis broker on a db number of its own, local object storage), one tenant. Then, for each
+phase, keeps C keep-alive connections busy for D seconds with a small asyncio HTTP/1.1 client
+(no third-party load tool needed) and prints requests/s, p50/p99 latency, errors and the API's
+RSS (all worker processes) at start and end.
+
+    .venv/bin/python bench/api_load.py --seconds 60 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import redis
+
+PG = "postgresql+psycopg://postgres@127.0.0.1:5432"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def psql(sql: str) -> None:
+    subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-qc", sql], check=True
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tree(pid: int) -> list[int]:
+    """A process and its descendants (uvicorn's workers)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
+    return out
+
+
+def rss_mib(pid: int) -> float:
+    total = 0
+    for p in _tree(pid):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except FileNotFoundError:
+            continue
+    return total / 1024
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the API's processes: per request, a figure that other load
+    on the machine does not distort."""
+    ticks = 0
+    for p in _tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+        except FileNotFoundError:
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Stats:
+    latencies: list[float] = field(default_factory=list)
+    errors: int = 0
+    statuses: dict[int, int] = field(default_factory=dict)
+
+
+async def _read_response(reader: asyncio.StreamReader) -> int:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split()[1])
+    length = 0
+    for line in lines[1:]:
+        if line[:15].lower() == b"content-length:":
+            length = int(line[15:])
+    if length:
+        await reader.readexactly(length)
+    return status
+
+
+async def worker(
+    host: str, port: int, request: bytes, ok: int, until: float, stats: Stats
+) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        while time.perf_counter() < until:
+            started = time.perf_counter()
+            writer.write(request)
+            try:
+                status = await _read_response(reader)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                stats.errors += 1
+                writer.close()
+                reader, writer = await asyncio.open_connection(host, port)
+                continue
+            stats.latencies.append(time.perf_counter() - started)
+            stats.statuses[status] = stats.statuses.get(status, 0) + 1
+            if status != ok:
+                stats.errors += 1
+    finally:
+        writer.close()
+
+
+def build_request(method: str, path: str, host: str, key: str, body: bytes | None = None) -> bytes:
+    lines = [
+        f"{method} {path} HTTP/1.1",
+        f"Host: {host}",
+        f"Authorization: Bearer {key}",
+        "Accept: application/json",
+    ]
+    if body is not None:
+        lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
+
+
+async def phase(
+    name: str, port: int, request: bytes, ok: int, seconds: float, connections: int, pid: int
+) -> dict[str, float]:
+    stats = Stats()
+    rss_start, cpu_start = rss_mib(pid), cpu_seconds(pid)
+    started = time.perf_counter()
+    until = started + seconds
+    await asyncio.gather(
+        *(worker("127.0.0.1", port, request, ok, until, stats) for _ in range(connections))
+    )
+    elapsed = time.perf_counter() - started
+    lat = sorted(stats.latencies)
+    result = {
+        "requests": len(lat),
+        "rps": len(lat) / elapsed,
+        "p50_ms": lat[len(lat) // 2] * 1000 if lat else float("nan"),
+        "p99_ms": lat[int(len(lat) * 0.99)] * 1000 if lat else float("nan"),
+        "errors": stats.errors,
+        "rss_start_mib": rss_start,
+        "rss_end_mib": rss_mib(pid),
+        "api_cpu_ms_per_request": (cpu_seconds(pid) - cpu_start) * 1000 / max(1, len(lat)),
+    }
+    print(
+        f"{name:14s} {result['rps']:8.0f} req/s  p50 {result['p50_ms']:6.1f} ms  "
+        f"p99 {result['p99_ms']:6.1f} ms  errors {stats.errors}  statuses {stats.statuses}  "
+        f"RSS {rss_start:.0f} -> {result['rss_end_mib']:.0f} MiB  "
+        f"API CPU {result['api_cpu_ms_per_request']:.2f} ms/req",
+        flush=True,
+    )
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=60.0, help="Length of each phase.")
+    parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes.")
+    parser.add_argument("--connections", type=int, default=32, help="Concurrent connections.")
+    parser.add_argument("--redis-db", type=int, default=13, help="Redis db number to use.")
+    parser.add_argument("--json", type=Path, help="Also write the results here.")
+    args = parser.parse_args()
+
+    db = f"grpo_bench_{secrets.token_hex(4)}"
+    work = Path(tempfile.mkdtemp(prefix="grpo-bench-"))
+    port = free_port()
+    redis.Redis(host="127.0.0.1", port=6379, db=args.redis_db).flushdb()
+    env = {
+        **os.environ,
+        "GRPO_DATA_DIR": str(work),
+        "GRPO_DATABASE_URL": f"{PG}/{db}",
+        "GRPO_BROKER_URL": f"redis://127.0.0.1:6379/{args.redis_db}",
+        "GRPO_STORAGE_URL": f"file://{work / 'objects'}",
+        "GRPO_MAX_OPEN_JOBS_PER_TENANT": str(10**9),
+    }
+    psql(f"CREATE DATABASE {db}")
+    api = None
+    try:
+        cli = [sys.executable, "-m", "service.cli"]
+        subprocess.run([*cli, "migrate"], env=env, check=True, capture_output=True, cwd=ROOT)
+        out = subprocess.run(
+            [*cli, "create-api-key", "--tenant", "bench"],
+            env=env, check=True, capture_output=True, text=True, cwd=ROOT,
+        )  # fmt: skip
+        key = out.stdout.strip().splitlines()[-1]
+        api = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "service.main:app", "--port", str(port),
+             "--workers", str(args.workers), "--no-access-log", "--log-level", "warning"],
+            env=env, cwd=ROOT, start_new_session=True,
+        )  # fmt: skip
+        base = f"http://127.0.0.1:{port}"
+        client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"})
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if client.get("/readyz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("API did not become ready")
+            time.sleep(0.3)
+        client.post(
+            "/v1/verifiers",
+            json={"name": "em", "kind": "exact_match", "config": {"field": "answer"}},
+        ).raise_for_status()
+        records = [{"prompt": f"Digit {i}:", "answer": str(i)} for i in range(10)]
+        ds = client.post("/v1/datasets", json={"name": "d", "records": records})
+        spec = {
+            "base_model": "/models/none",
+            "dataset": ds.json()["id"],
+            "verifiers": [{"name": "em"}],
+            "queue": "bench-nobody-listens",  # stays queued: no worker trains in the bench
+        }
+        job = client.post("/v1/jobs", json=spec).json()
+        host = f"127.0.0.1:{port}"
+        print(
+            f"API: uvicorn --workers {args.workers} on PostgreSQL; {args.connections} "
+            f"connections, {args.seconds:.0f} s per phase, {os.cpu_count()} CPUs",
+            flush=True,
+        )
+        poll = build_request("GET", f"/v1/jobs/{job['id']}", host, key)
+        create = build_request("POST", "/v1/jobs", host, key, json.dumps(spec).encode())
+
+        async def run() -> dict[str, dict[str, float]]:
+            # a short warm-up so every worker has its connections and caches
+            await phase("warm-up", port, poll, 200, 3, args.connections, api.pid)
+            polls = await phase(
+                "status polls", port, poll, 200, args.seconds, args.connections, api.pid
+            )
+            creates = await phase(
+                "job creation", port, create, 201, args.seconds, args.connections, api.pid
+            )
+            return {"status_polls": polls, "job_creation": creates}
+
+        results = asyncio.run(run())
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2))
+    finally:
+        if api is not None:
+            os.killpg(api.pid, signal.SIGTERM)
+            api.wait(timeout=30)
+        psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        redis.Redis(host="127.0.0.1", port=6379, db=args.redis_db).flushdb()
+
+
+if __name__ == "__main__":
+    main()

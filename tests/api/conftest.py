@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import redis
+
+from tests.api.server import run_api
+from tests.e2e.conftest import PG, _psql
+from tests.e2e.services import RunningService
+
+
+@pytest.fixture(scope="session")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
+    """The API alone on SQLite and local storage, with small limits."""
+    with run_api({}, tmp_path_factory.mktemp("api-sqlite")) as svc:
+        yield svc
+
+
+@pytest.fixture(scope="session")
+def api_pg(tmp_path_factory: pytest.TempPathFactory, moto_server: str) -> Iterator[RunningService]:
+    """The API alone on PostgreSQL (a fresh database), Redis and S3 (moto), downloads
+    answered with a presigned redirect."""
+    db = f"grpo_api_{secrets.token_hex(4)}"
+    _psql(f"CREATE DATABASE {db}")
+    redis_db = 9
+    redis.Redis(host="127.0.0.1", port=6379, db=redis_db).flushdb()
+    env = {
+        "GRPO_DATABASE_URL": f"{PG}/{db}",
+        "GRPO_BROKER_URL": f"redis://127.0.0.1:6379/{redis_db}",
+        "GRPO_STORAGE_URL": f"s3://grpo-api-{secrets.token_hex(4)}/objects",
+        "GRPO_S3_ENDPOINT_URL": moto_server,
+        "GRPO_S3_REGION": "us-east-1",
+        "GRPO_S3_ACCESS_KEY_ID": "testing",
+        "GRPO_S3_SECRET_ACCESS_KEY": "testing",
+        "GRPO_S3_CREATE_BUCKET": "true",
+        "GRPO_DOWNLOAD_REDIRECT": "true",
+    }
+    try:
+        with run_api(env, tmp_path_factory.mktemp("api-pg")) as svc:
+            yield svc
+    finally:
+        _psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_api(request: pytest.FixtureRequest) -> RunningService:
+    return request.getfixturevalue("api" if request.param == "sqlite" else "api_pg")
+
+
+def tenant_client(svc: RunningService, name: str | None = None) -> httpx.Client:
+    return svc.client(svc.new_key(name or f"t-{secrets.token_hex(4)}"))
+
+
+@pytest.fixture
+def client(api: RunningService) -> Iterator[httpx.Client]:
+    with tenant_client(api) as c:
+        yield c

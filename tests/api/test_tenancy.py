@@ -1,0 +1,59 @@
+"""Another tenant's id answers 404 exactly like a missing one, on every route with an id."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+from tests.api.conftest import tenant_client
+from tests.api.test_downloads import seed_checkpoint
+from tests.e2e.services import RunningService
+
+BODIES = {"/v1/verifiers/{name}/test": {"samples": [{"prompt": "p", "completion": "c"}]}}
+
+
+def _shape(r: httpx.Response, ident: str) -> tuple[int, str, str, str]:
+    body = r.json()
+    return r.status_code, body["type"], body["title"], body["detail"].replace(ident, "ID")
+
+
+def test_foreign_ids_look_missing_on_every_route(api: RunningService) -> None:
+    owner, stranger = tenant_client(api), tenant_client(api)
+    job_id, _ = seed_checkpoint(api, owner, b"tar")
+    dataset_id = owner.get(f"/v1/jobs/{job_id}").json()["spec"]["dataset"]
+    owned = {
+        "job_id": job_id,
+        "dataset_id": dataset_id,
+        "name": "em",
+        "version": "1",
+        "step": "2",
+    }
+    missing = {
+        "job_id": "job_0000000000000000000000",
+        "dataset_id": "ds_0000000000000000000000",
+        "name": "nobody",
+        "version": "1",
+        "step": "2",
+    }
+    paths = api.client(None).get("/openapi.json").json()["paths"]
+    checked = 0
+    for template, item in paths.items():
+        params = re.findall(r"{(\w+)}", template)
+        if not params:
+            continue
+        for method in item:
+
+            def url(values: dict[str, str], template: str = template) -> str:
+                return template.format(**{p: values[p] for p in params})
+
+            body = BODIES.get(template)
+            mine = owner.request(method, url(owned), json=body)
+            assert mine.status_code != 404, (method, template, mine.text)
+            theirs = stranger.request(method, url(owned), json=body)
+            absent = stranger.request(method, url(missing), json=body)
+            assert theirs.status_code == 404, (method, template, theirs.text)
+            ident = owned[params[0]]
+            assert _shape(theirs, ident) == _shape(absent, missing[params[0]]), template
+            checked += 1
+    assert checked >= 9
