@@ -103,9 +103,7 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
     return status
 
 
-async def worker(
-    host: str, port: int, request: bytes, ok: int, until: float, stats: Stats
-) -> None:
+async def worker(host: str, port: int, request: bytes, ok: int, until: float, stats: Stats) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     try:
         while time.perf_counter() < until:

@@ -76,6 +76,11 @@ def fault(cluster: Cluster, rng: random.Random, log: list[dict[str, Any]]) -> No
     print(f"  fault: {action}", flush=True)
 
 
+def live(cluster: Cluster) -> bool:
+    query = "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running', 'cancelling')"
+    return sql(cluster, query)[0][0] != "0"
+
+
 def report(cluster: Cluster, job_ids: list[str], faults: list[dict[str, Any]]) -> None:
     ids = ",".join(f"'{j}'" for j in job_ids)
     status = dict(sql(cluster, f"SELECT status, count(*) FROM jobs WHERE id IN ({ids}) GROUP BY 1"))
@@ -121,6 +126,7 @@ def report(cluster: Cluster, job_ids: list[str], faults: list[dict[str, Any]]) -
         if f["action"] != "redis" and later:
             recovery.append(min(later))
     succeeded = int(status.get("succeeded", 0))
+    # lost: neither finished nor still owned after the fault-free drain
     lost = len(job_ids) - sum(int(v) for k, v in status.items() if k in ("succeeded", "failed"))
     print(f"jobs submitted          {len(job_ids)}")
     print(f"succeeded               {succeeded}  (statuses: {status})")
@@ -144,6 +150,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=12)
     parser.add_argument("--seconds", type=float, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--drain", type=float, default=300, help="fault-free wait at the end")
     args = parser.parse_args()
     rng = random.Random(args.seed)
 
@@ -169,15 +176,13 @@ def main() -> None:
             print(f"submitted {len(job_ids)} jobs; injecting faults", flush=True)
             faults: list[dict[str, Any]] = []
             deadline = time.monotonic() + args.seconds
-            while time.monotonic() < deadline:
-                live = sql(
-                    cluster,
-                    "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running', 'cancelling')",
-                )[0][0]
-                if live == "0":
-                    break
-                time.sleep(rng.uniform(4, 10))
+            while time.monotonic() < deadline and live(cluster):
+                time.sleep(rng.uniform(5, 12))
                 fault(cluster, rng, faults)
+            print("faults stopped; waiting for the jobs to settle", flush=True)
+            deadline = time.monotonic() + args.drain
+            while time.monotonic() < deadline and live(cluster):
+                time.sleep(1)
             report(cluster, job_ids, faults)
     moto.stop()
 

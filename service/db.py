@@ -31,7 +31,15 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    # Never hang forever on a database that is down: bounded connect and pool waits.
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=20,
+        pool_timeout=10,
+        connect_args={"connect_timeout": 5} if url.startswith("postgresql") else {},
+    )
 
 
 @lru_cache

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
@@ -29,24 +30,41 @@ def after_rollback(session: Session, callback: Callable[[], None]) -> None:
     session.info.setdefault(_AFTER_ROLLBACK, []).append(callback)
 
 
-def get_session() -> Iterator[Session]:
-    """The request's unit of work: the one place API writes are committed."""
-    session = get_sessionmaker()()
+def _finish(session: Session, failed: bool) -> None:
     try:
-        yield session
-        session.commit()
+        if failed:
+            session.rollback()
+            for callback in session.info.pop(_AFTER_ROLLBACK, []):
+                callback()
+            return
+        try:
+            session.commit()
+        except BaseException:
+            session.rollback()
+            for callback in session.info.pop(_AFTER_ROLLBACK, []):
+                callback()
+            raise
         for callback in session.info.pop(_AFTER_COMMIT, []):
             callback()
-    except BaseException:
-        session.rollback()
-        for callback in session.info.pop(_AFTER_ROLLBACK, []):
-            callback()
-        raise
     finally:
         session.close()
 
 
+async def get_session() -> AsyncIterator[Session]:
+    """The request's unit of work: the one place API writes are committed. Opening a session
+    does no I/O (so it happens here, off the thread pool); the commit runs in the pool."""
+    session = get_sessionmaker()()
+    try:
+        yield session
+    except BaseException:
+        await run_in_threadpool(_finish, session, True)
+        raise
+    await run_in_threadpool(_finish, session, False)
+
+
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
 async def _settings() -> Settings:
     return get_settings()  # async: a cached value needs no trip through the thread pool
 

@@ -32,6 +32,8 @@ def test_metrics_by_route_jobs_by_status_and_queue_depth(
     )
     assert float(queued.split()[-1]) >= 1
     depth = next(
-        l for l in text.splitlines() if l.startswith('grpo_queue_depth{queue="nobody-listens"}')
+        line
+        for line in text.splitlines()
+        if line.startswith('grpo_queue_depth{queue="nobody-listens"}')
     )
     assert float(depth.split()[-1]) >= 1

@@ -44,7 +44,9 @@ def test_foreign_ids_look_missing_on_every_route(api: RunningService) -> None:
             continue
         for method in item:
 
-            def url(values: dict[str, str], template: str = template) -> str:
+            def url(
+                values: dict[str, str], template: str = template, params: list[str] = params
+            ) -> str:
                 return template.format(**{p: values[p] for p in params})
 
             body = BODIES.get(template)

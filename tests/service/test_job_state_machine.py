@@ -3,8 +3,6 @@ finish, in any order. No transition leaves a final state; cancelling a finished 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 
 from service.db import session_scope
 from service.ids import new_id
@@ -85,12 +86,23 @@ class JobRun:
 
     # -- lease upkeep -------------------------------------------------------------------
     def _fenced(self, write: Any, *args: Any) -> None:
-        try:
-            with session_scope() as session:
-                write(session, self.job_id, self.epoch, self.settings.lease_seconds, *args)
-        except lease.LeaseLost:
-            self.lost.set()
-            raise
+        """A write conditioned on our epoch; a database blip is retried while the lease lasts."""
+        deadline = time.monotonic() + 0.8 * self.settings.lease_seconds
+        delay = 0.25
+        while True:
+            try:
+                with session_scope() as session:
+                    write(session, self.job_id, self.epoch, self.settings.lease_seconds, *args)
+                return
+            except lease.LeaseLost:
+                self.lost.set()
+                raise
+            except OperationalError:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("database unavailable for job %s; retrying", self.job_id)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     def _poll_cancel(self) -> bool:
         with session_scope() as session:

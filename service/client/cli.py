@@ -1,0 +1,174 @@
+"""`grpo`: the grpo-service API from a terminal. Every command takes `--json` for scripts.
+
+Exit status: 0 success, 1 an API error or a job that did not succeed, 2 bad input (usage,
+unreadable or malformed files), 3 the server is unreachable.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from service.client import (
+    cli_jobs,  # noqa: F401  (registers the jobs and checkpoints commands)
+    config,
+)
+from service.client.cli_base import (
+    BadInput,
+    ExistingFile,
+    JsonOpt,
+    _jsonl,
+    _options,
+    _table,
+    app,
+    client,
+    datasets_app,
+    emit,
+    err,
+    load_spec,
+    out,
+    verifiers_app,
+)
+from service.client.client import Client
+from service.client.errors import ApiError, ClientError, ConnectionFailed
+
+# ---- login ---------------------------------------------------------------------------------
+
+
+@app.command()
+def login(
+    url: Annotated[str, typer.Option(prompt="API URL", help="API base URL.")] = config.DEFAULT_URL,
+    api_key: Annotated[
+        str, typer.Option(prompt="API key", hide_input=True, help="The key to store.")
+    ] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Check the key against the server, then store URL and key (file mode 0600)."""
+    with Client(url, api_key, max_retries=1) as grpo:
+        grpo.jobs.list(limit=1)  # 401 for a bad key, ConnectionFailed for a bad URL
+    path = config.save_file(url.rstrip("/"), api_key)
+    emit(
+        {"url": url.rstrip("/"), "config": str(path)},
+        as_json,
+        lambda v: err.print(f"logged in to {v['url']} (saved in {v['config']})"),
+    )
+
+
+# ---- verifiers -----------------------------------------------------------------------------
+
+
+@verifiers_app.command("create")
+def verifiers_create(
+    file: ExistingFile,
+    name: Annotated[str, typer.Option(help="Verifier name (an existing one gets a version).")],
+    kind: Annotated[
+        str, typer.Option(help="python: FILE is the source; other kinds: FILE is a JSON config.")
+    ] = "python",
+    description: Annotated[str, typer.Option(help="Free text.")] = "",
+    timeout_s: Annotated[float | None, typer.Option(help="python: per-batch timeout.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Register a verifier from a Python file defining `verify(prompt, completion, **fields)`."""
+    text = file.read_text(encoding="utf-8")
+    if kind == "python":
+        cfg: dict[str, Any] = {"source": text}
+        if timeout_s is not None:
+            cfg["timeout_s"] = timeout_s
+    else:
+        cfg = load_spec(file)
+    with client() as grpo:
+        ver = grpo.verifiers.create(name, kind, cfg, description)
+    emit(ver, as_json, lambda v: out.print(f"{v.name} version {v.version} ({v.id}, {v.kind})"))
+
+
+@verifiers_app.command("test")
+def verifiers_test(
+    name: Annotated[str, typer.Argument(help="Verifier name.")],
+    samples: ExistingFile,
+    version: Annotated[int | None, typer.Option(help="Default: the latest.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Score a JSONL file of `{prompt, completion, ...fields}` samples."""
+    records = _jsonl(samples)
+    with client() as grpo:
+        result = grpo.verifiers.test(name, records, version)
+
+    def render(r: Any) -> None:
+        rows = [
+            [i + 1, rec.get("completion", "")[:50], score, error]
+            for i, (rec, score, error) in enumerate(zip(records, r.scores, r.errors, strict=True))
+        ]
+        out.print(_table(["#", "completion", "score", "error"], rows))
+        out.print(f"{len(rows)} samples in {r.elapsed_ms:.0f} ms")
+
+    emit(result, as_json, render)
+
+
+@verifiers_app.command("list")
+def verifiers_list(
+    name: Annotated[str | None, typer.Option(help="Only this name's versions.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=100)] = 20,
+    as_json: JsonOpt = False,
+) -> None:
+    """List verifiers, newest first."""
+    with client() as grpo:
+        page = grpo.verifiers.list(name=name, limit=limit)
+    rows = [[v.name, v.version, v.kind, v.id, f"{v.created_at:%Y-%m-%d %H:%M}"] for v in page.data]
+    emit(
+        page,
+        as_json,
+        lambda _: out.print(_table(["name", "version", "kind", "id", "created"], rows)),
+    )
+
+
+# ---- datasets ------------------------------------------------------------------------------
+
+
+@datasets_app.command("upload")
+def datasets_upload(
+    file: ExistingFile,
+    name: Annotated[str | None, typer.Option(help="Default: the file name's stem.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Upload a JSONL file of `{prompt, ...fields}` records."""
+    with client() as grpo:
+        ds = grpo.datasets.upload(file, name)
+    emit(ds, as_json, lambda d: out.print(f"{d.id}  {d.name}: {d.num_records} records"))
+
+
+@datasets_app.command("list")
+def datasets_list(
+    limit: Annotated[int, typer.Option(min=1, max=100)] = 20, as_json: JsonOpt = False
+) -> None:
+    """List datasets, newest first."""
+    with client() as grpo:
+        page = grpo.datasets.list(limit=limit)
+    rows = [[d.id, d.name, d.num_records, f"{d.created_at:%Y-%m-%d %H:%M}"] for d in page.data]
+    emit(page, as_json, lambda _: out.print(_table(["id", "name", "records", "created"], rows)))
+
+
+def main() -> None:
+    try:
+        app()
+    except ConnectionFailed as exc:
+        _fail(3, f"{exc}\nIs the server running? Set --url or GRPO_URL, or run `grpo login`.")
+    except ApiError as exc:
+        hint = "\nCheck the API key (`grpo login`, GRPO_API_KEY)." if exc.status == 401 else ""
+        _fail(1, exc.message + hint, exc.problem)
+    except BadInput as exc:
+        _fail(2, str(exc))
+    except ClientError as exc:
+        _fail(1, str(exc))
+    except KeyboardInterrupt:
+        _fail(130, "interrupted")
+
+
+def _fail(code: int, message: str, problem: dict[str, Any] | None = None) -> None:
+    if _options["json"] or "--json" in sys.argv:
+        print(json.dumps({"error": problem or {"detail": message}}))
+    err.print(Text.assemble(("error: ", "red"), message))
+    raise SystemExit(code)

@@ -1,0 +1,68 @@
+"""`Client(base_url, api_key)`: the whole v1 API from Python.
+
+from service.client import Client
+
+with Client("http://127.0.0.1:8000", "grpo_...") as grpo:
+    grpo.verifiers.create_python("digits", source)
+    ds = grpo.datasets.upload("digits.jsonl")
+    job = grpo.jobs.create({"base_model": "...", "dataset": ds.id,
+                            "verifiers": [{"name": "digits"}]})
+    job = grpo.jobs.wait(job.id, on_event=print)
+    path = grpo.checkpoints.download(job.id, "latest", "out/")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from service.client.checkpoints import Checkpoints
+from service.client.jobs import Jobs
+from service.client.resources import Datasets, Verifiers
+from service.client.transport import Transport
+
+
+class Client:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 4,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self.transport = Transport(
+            base_url,
+            api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            http=http,
+        )
+        self.verifiers = Verifiers(self.transport)
+        self.datasets = Datasets(self.transport)
+        self.jobs = Jobs(self.transport)
+        self.checkpoints = Checkpoints(self.transport)
+
+    @property
+    def base_url(self) -> str:
+        return self.transport.base_url
+
+    def health(self) -> dict[str, Any]:
+        """`GET /readyz`: whether database, broker and storage are reachable."""
+        response = self.transport.http.get("/readyz")
+        return response.json()
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

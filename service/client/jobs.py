@@ -1,0 +1,137 @@
+"""Jobs: submit, read, cancel, and wait for the end (SSE, falling back to polling)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from service.client.errors import ApiError, ClientError, ConnectionFailed
+from service.client.models import FINAL_STATUSES, EventOut, JobCreate, JobOut, Page
+from service.client.sse import parse_sse
+from service.client.transport import Transport
+
+EventCallback = Callable[[EventOut], None]
+
+
+class WaitTimeout(ClientError):
+    """`jobs.wait` gave up before the job finished."""
+
+
+class Jobs:
+    def __init__(self, transport: Transport) -> None:
+        self._t = transport
+
+    def create(
+        self, spec: JobCreate | Mapping[str, Any], *, idempotency_key: str | None = None
+    ) -> JobOut:
+        """Submit a job; `spec` is a JobCreate or the JSON body as a mapping (the server
+        validates it, so its errors list every bad field)."""
+        body = (
+            spec.model_dump(mode="json", exclude_unset=True)
+            if isinstance(spec, JobCreate)
+            else dict(spec)
+        )
+        data = self._t.json(
+            "POST", "/v1/jobs", json=body, creates=True, idempotency_key=idempotency_key
+        )
+        return JobOut.model_validate(data)
+
+    def get(self, job_id: str) -> JobOut:
+        return JobOut.model_validate(self._t.json("GET", f"/v1/jobs/{job_id}"))
+
+    def list(
+        self, *, status: str | None = None, limit: int = 20, after: str | None = None
+    ) -> Page[JobOut]:
+        params = {k: v for k, v in {"status": status, "after": after}.items() if v}
+        data = self._t.json("GET", "/v1/jobs", params={"limit": limit, **params})
+        return Page[JobOut].model_validate(data)
+
+    def cancel(self, job_id: str) -> JobOut:
+        return JobOut.model_validate(self._t.json("POST", f"/v1/jobs/{job_id}/cancel"))
+
+    def metrics(self, job_id: str, after_step: int = 0) -> list[dict[str, Any]]:
+        """One row `{step, ...metrics}` per completed step after `after_step`."""
+        data = self._t.json("GET", f"/v1/jobs/{job_id}/metrics", params={"after_step": after_step})
+        return list(data["data"])
+
+    def events(self, job_id: str, after: int = 0) -> list[EventOut]:
+        data = self._t.json("GET", f"/v1/jobs/{job_id}/events", params={"after": after})
+        return [EventOut.model_validate(e) for e in data["data"]]
+
+    def wait(
+        self,
+        job_id: str,
+        *,
+        timeout: float | None = None,
+        on_event: EventCallback | None = None,
+        poll_interval: float = 2.0,
+        use_sse: bool = True,
+    ) -> JobOut:
+        """Block until the job is final and return it. Follows the events over SSE (resuming
+        with Last-Event-ID after a drop); polls when the stream is unavailable."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last_id = 0
+        sse_failures = 0
+        while True:
+            if use_sse and sse_failures < 3:
+                try:
+                    last_id = self._follow_sse(job_id, last_id, on_event, deadline)
+                    sse_failures = 0
+                except (ConnectionFailed, _NotSse):
+                    sse_failures += 1
+            else:
+                for event in self.events(job_id, after=last_id):
+                    last_id = event.id
+                    if on_event:
+                        on_event(event)
+            job = self.get(job_id)
+            if job.status in FINAL_STATUSES:
+                if not use_sse or sse_failures:  # polling: pick up the last events too
+                    for event in self.events(job_id, after=last_id):
+                        last_id = event.id
+                        if on_event:
+                            on_event(event)
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(f"job {job_id} is still {job.status} after {timeout} s")
+            if not use_sse or sse_failures:
+                time.sleep(poll_interval)
+
+    def _follow_sse(
+        self,
+        job_id: str,
+        last_id: int,
+        on_event: EventCallback | None,
+        deadline: float | None,
+    ) -> int:
+        """Read the event stream to its end (the job is final) or the deadline; return the
+        last event id seen."""
+        headers = {"Accept": "text/event-stream", "Last-Event-ID": str(last_id)}
+        read_timeout = (
+            60.0 if deadline is None else max(1.0, min(60.0, deadline - time.monotonic()))
+        )
+        with self._t.stream(
+            "GET", f"/v1/jobs/{job_id}/events", headers=headers, timeout=read_timeout
+        ) as response:
+            if "text/event-stream" not in response.headers.get("content-type", ""):
+                raise _NotSse()
+            for frame in parse_sse(response.iter_lines()):
+                try:
+                    event = EventOut.model_validate(json.loads(frame.data))
+                except ValueError:
+                    continue
+                last_id = max(last_id, event.id)
+                if on_event:
+                    on_event(event)
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+        return last_id
+
+
+class _NotSse(Exception):
+    """The server answered the events request without a stream."""
+
+
+__all__ = ["ApiError", "Jobs", "WaitTimeout"]

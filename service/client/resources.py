@@ -1,0 +1,107 @@
+"""Verifiers and datasets: register, test, upload, read."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from service.client.models import DatasetOut, Page, VerifierOut, VerifierTestResult
+from service.client.transport import Transport
+
+
+def _params(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+class Verifiers:
+    def __init__(self, transport: Transport) -> None:
+        self._t = transport
+
+    def create(
+        self,
+        name: str,
+        kind: str,
+        config: Mapping[str, Any],
+        description: str = "",
+        *,
+        idempotency_key: str | None = None,
+    ) -> VerifierOut:
+        """Register a verifier; an existing name gets a new version."""
+        body = {"name": name, "kind": kind, "description": description, "config": dict(config)}
+        data = self._t.json(
+            "POST", "/v1/verifiers", json=body, creates=True, idempotency_key=idempotency_key
+        )
+        return VerifierOut.model_validate(data)
+
+    def create_python(self, name: str, source: str, description: str = "") -> VerifierOut:
+        return self.create(name, "python", {"source": source}, description)
+
+    def get(self, name: str, version: int | None = None) -> VerifierOut:
+        path = f"/v1/verifiers/{name}" + (f"/versions/{version}" if version else "")
+        return VerifierOut.model_validate(self._t.json("GET", path))
+
+    def list(
+        self, *, name: str | None = None, limit: int = 20, after: str | None = None
+    ) -> Page[VerifierOut]:
+        params = _params(name=name, limit=limit, after=after)
+        return Page[VerifierOut].model_validate(self._t.json("GET", "/v1/verifiers", params=params))
+
+    def test(
+        self, name: str, samples: Iterable[Mapping[str, Any]], version: int | None = None
+    ) -> VerifierTestResult:
+        """Score samples `{prompt, completion, ...fields}` exactly as training would."""
+        body = {"samples": [dict(s) for s in samples], **_params(version=version)}
+        data = self._t.json("POST", f"/v1/verifiers/{name}/test", json=body)
+        return VerifierTestResult.model_validate(data)
+
+
+class Datasets:
+    def __init__(self, transport: Transport) -> None:
+        self._t = transport
+
+    def upload(self, path: str | Path, name: str | None = None) -> DatasetOut:
+        """Upload a JSONL file (multipart); the name defaults to the file's stem."""
+        path = Path(path)
+        content = path.read_bytes()
+        data = self._t.json(
+            "POST",
+            "/v1/datasets",
+            data={"name": name or path.stem},
+            files={"file": (path.name, content, "application/jsonl")},
+            creates=True,
+        )
+        return DatasetOut.model_validate(data)
+
+    def create(self, name: str, records: Iterable[Mapping[str, Any]]) -> DatasetOut:
+        """Create a dataset from in-memory records (JSON body)."""
+        body = {"name": name, "records": [dict(r) for r in records]}
+        return DatasetOut.model_validate(
+            self._t.json("POST", "/v1/datasets", json=body, creates=True)
+        )
+
+    def get(self, dataset_id: str) -> DatasetOut:
+        return DatasetOut.model_validate(self._t.json("GET", f"/v1/datasets/{dataset_id}"))
+
+    def list(self, *, limit: int = 20, after: str | None = None) -> Page[DatasetOut]:
+        params = _params(limit=limit, after=after)
+        return Page[DatasetOut].model_validate(self._t.json("GET", "/v1/datasets", params=params))
+
+    def delete(self, dataset_id: str) -> None:
+        self._t.request("DELETE", f"/v1/datasets/{dataset_id}")
+
+
+def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Records of a JSONL file; a bad line raises ValueError naming its number."""
+    with Path(path).open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: line {number}: invalid JSON ({exc.msg})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}: line {number}: expected a JSON object")
+            yield record

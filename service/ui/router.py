@@ -1,0 +1,60 @@
+"""Routes of the dashboard: `/ui` (log in, jobs), `/ui/jobs/{id}` (one job), `/ui/static/*`.
+
+The pages hold no data: the browser fetches everything from `/v1` with the API key, so these
+routes need no auth and never touch the database. Nothing is fetched from the internet.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from string import Template
+
+from fastapi import APIRouter, HTTPException
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+
+HERE = Path(__file__).parent
+STATIC = HERE / "static"
+STATIC_TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+PAGE = Template((HERE / "templates" / "page.html").read_text(encoding="utf-8"))
+BODIES = {
+    name: (HERE / "templates" / f"{name}.html").read_text(encoding="utf-8")
+    for name in ("jobs", "job")
+}
+HTML_HEADERS = {"Cache-Control": "no-store", "X-Frame-Options": "DENY"}
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+
+def render(page: str, title: str, job_id: str = "") -> HTMLResponse:
+    body = PAGE.substitute(
+        title=html.escape(title),
+        page=page,
+        job_id=html.escape(job_id, quote=True),
+        body=BODIES[page],
+    )
+    return HTMLResponse(body, headers=HTML_HEADERS)
+
+
+@router.get("")
+def ui_root() -> RedirectResponse:
+    return RedirectResponse("/ui/", status_code=307)
+
+
+@router.get("/", response_class=HTMLResponse)
+def jobs_page() -> HTMLResponse:
+    return render("jobs", "Jobs")
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+def job_page(job_id: str) -> HTMLResponse:
+    return render("job", job_id, job_id)
+
+
+@router.get("/static/{name}")
+def static(name: str) -> FileResponse:
+    path = STATIC / name
+    kind = STATIC_TYPES.get(path.suffix)
+    if kind is None or "/" in name or not path.is_file():
+        raise HTTPException(404, "no such file")
+    return FileResponse(path, media_type=kind, headers={"Cache-Control": "no-cache"})
