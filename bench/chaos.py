@@ -167,7 +167,9 @@ def main() -> None:
     host, port = moto.get_host_and_port()
     with tempfile.TemporaryDirectory() as tmp:
         model = make_tiny_model(Path(tmp) / "model")
-        with run_cluster(Path(tmp) / "cluster", f"http://{host}:{port}") as cluster:
+        cluster_dir, s3 = Path(tmp) / "cluster", f"http://{host}:{port}"
+        # many faults per job by design: allow more claims than production's default
+        with run_cluster(cluster_dir, s3, extra_env={"GRPO_MAX_ATTEMPTS": "20"}) as cluster:
             # a tenant per job: each registers its own "digits" verifier version 1
             job_ids = [
                 submit_digit_job(cluster.client(f"chaos-{i}"), model, **JOB)["id"]

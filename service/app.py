@@ -16,6 +16,7 @@ from service.limits import BodyLimitMiddleware
 from service.metrics import MetricsMiddleware, register_collectors
 from service.settings import Settings, get_settings
 from service.storage import open_storage_from_settings
+from service.ui.router import router as ui_router
 from service.verifiers.router import router as verifiers_router
 
 DESCRIPTION = """\
@@ -47,6 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     idempotency.install(app)
     for router in (health_router, verifiers_router, datasets_router, jobs_router):
         app.include_router(router)
+    app.include_router(ui_router)
     openapi.install(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware)

@@ -63,7 +63,9 @@ class Cluster:
 
 
 @contextmanager
-def run_cluster(work: Path, s3_endpoint: str, workers: int = 2) -> Iterator[Cluster]:
+def run_cluster(
+    work: Path, s3_endpoint: str, workers: int = 2, extra_env: dict[str, str] | None = None
+) -> Iterator[Cluster]:
     from tests.e2e.conftest import PG, _psql
 
     work.mkdir(parents=True, exist_ok=True)
@@ -84,6 +86,7 @@ def run_cluster(work: Path, s3_endpoint: str, workers: int = 2) -> Iterator[Clus
         "GRPO_S3_SECRET_ACCESS_KEY": "testing",
         "GRPO_S3_CREATE_BUCKET": "true",
         **FAST_LEASES,
+        **(extra_env or {}),
     }
     svc = RunningService(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=work)
     svc.cli("migrate")
