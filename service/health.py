@@ -11,6 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from service.db import get_engine
+from workers.verifiers import sandbox_mode
 
 router = APIRouter(tags=["health"])
 
@@ -47,7 +48,10 @@ async def readyz(request: Request) -> JSONResponse:
         except Exception as exc:  # a probe reports, it never raises
             checks[name] = f"error: {type(exc).__name__}: {exc}"[:300]
     ready = all(v == "ok" for v in checks.values())
-    return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+    # Informational, not a readiness condition: python verifiers need it, other kinds do not.
+    sandbox = await run_in_threadpool(sandbox_mode)
+    body = {"ready": ready, "checks": checks, "verifier_sandbox": sandbox}
+    return JSONResponse(body, status_code=200 if ready else 503)
 
 
 @router.get(

@@ -12,6 +12,7 @@ def test_readyz_reports_each_dependency(any_api: RunningService) -> None:
     r = httpx.get(f"{any_api.base_url}/readyz")
     assert r.status_code == 200
     assert r.json()["checks"] == {"database": "ok", "broker": "ok", "storage": "ok"}
+    assert r.json()["verifier_sandbox"] == "bubblewrap"  # CI installs bubblewrap
     assert httpx.get(f"{any_api.base_url}/healthz").json() == {"status": "ok"}
 
 
