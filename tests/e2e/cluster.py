@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.services import RunningService, _spawn, _wait_ready, free_port
+from tests.e2e.services import RunningService, _spawn, _wait_ready, free_port, stop_all
 
 FAST_LEASES = {
     "GRPO_LEASE_SECONDS": "5",
@@ -100,13 +100,6 @@ def run_cluster(
         _wait_ready(svc)
         yield Cluster(svc=svc, redis=redis, workers=procs)
     finally:
-        for p in svc.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in svc.procs:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(svc.procs)
         redis.kill()
         _psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")

@@ -93,11 +93,16 @@ def run_service(
         _wait_ready(svc)
         yield svc
     finally:
-        for p in svc.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in svc.procs:
-            try:
-                p.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(svc.procs)
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]], timeout: float = 60) -> None:
+    """SIGTERM every process (workers hand their jobs back), then wait; kill stragglers."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
