@@ -12,6 +12,10 @@ apt_install() {
 }
 
 command -v bwrap >/dev/null || apt_install bubblewrap || true
+# the dashboard tests drive Debian's chromium with chromedriver (selenium)
+{ command -v chromium && command -v chromedriver; } >/dev/null || apt_install chromium chromium-driver || true
+# tests/deploy runs `docker-compose config` (no Docker engine needed)
+command -v docker-compose >/dev/null || apt_install docker-compose || true
 
 if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
   command -v pg_ctlcluster >/dev/null || apt_install postgresql

@@ -32,6 +32,7 @@ class Settings:
     device: str = "cpu"
     bf16: bool = False  # CUDA only: bf16 autocast (TRL's `bf16=True`)
     vllm: bool = False  # TRL: `use_vllm=True, vllm_mode="colocate"` (where vLLM is installed)
+    threads: int | None = None  # torch intra-op threads for the whole run (None: torch's default)
 
 
 def digit_reward(completion: str, digit: int) -> float:
@@ -55,7 +56,22 @@ def peak_rss_mib() -> float:
 
 def _result(ends: list[float], start: float, tokens: list[float], rewards: list[float]) -> dict:
     seconds = [b - a for a, b in zip([start, *ends[:-1]], ends, strict=True)]
-    return {"seconds": seconds, "tokens": tokens, "rewards": rewards, "rss_mib": peak_rss_mib()}
+    return {
+        "seconds": seconds,
+        "tokens": tokens,
+        "rewards": rewards,
+        "rss_mib": peak_rss_mib(),
+        "load": os.getloadavg()[0],  # the machine's 1-minute load average at the end
+        "gpu_mib": _gpu_peak_mib(),
+    }
+
+
+def _gpu_peak_mib() -> float | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.max_memory_allocated() / 2**20
 
 
 def run_ours(model_dir: str, s: Settings) -> dict:
@@ -167,5 +183,9 @@ def run_trl(model_dir: str, s: Settings) -> dict:
 
 def run(which: str, model_dir: str, settings: dict) -> dict:
     s = Settings(**settings)
+    if s.threads:
+        import torch
+
+        torch.set_num_threads(s.threads)
     out = (run_trl if which == "trl" else run_ours)(model_dir, s)
     return out | {"which": which, "settings": asdict(s)}

@@ -74,15 +74,17 @@ def report(size: str, runs: dict[str, list[dict]]) -> dict:
         w: {k: statistics.median(f[k] for f in map(figures, rs)) for k in figures(rs[0])}
         for w, rs in runs.items()
     }
-    ours, trl = med["ours"], med["trl"]
     print(f"\n== {size} ({len(runs['ours'])} runs each; medians) ==")
     print(f"{'':14}{'s/step':>9}{'tok/s':>9}{'RSS MiB':>9}{'reward5':>9}")
-    for w in ("trl", "ours"):
+    for w in med:
         m = med[w]
         print(
             f"{w:14}{m['s_per_step']:9.3f}{m['tok_per_s']:9.1f}"
             f"{m['rss_mib']:9.0f}{m['reward_last5']:9.3f}"
         )
+    if len(med) < 2:
+        return {"size": size} | med
+    ours, trl = med["ours"], med["trl"]
     ratios = {
         "throughput": ours["tok_per_s"] / trl["tok_per_s"],
         "step_speedup": trl["s_per_step"] / ours["s_per_step"],
@@ -107,27 +109,33 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (CUDA)")
     ap.add_argument("--vllm", action="store_true", help="TRL generates with vLLM (colocate)")
+    ap.add_argument(
+        "--threads", type=int, help="torch intra-op threads for both (default: torch's)"
+    )
+    ap.add_argument("--only", choices=["ours", "trl"], help="run one side only")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     a = ap.parse_args()
     sizes, reps, steps = a.sizes.split(","), a.reps, a.steps
     if a.quick:
         sizes, reps, steps = ["3m"], 1, 6
     settings = {"steps": steps, "device": a.device, "bf16": a.bf16, "vllm": a.vllm}
+    settings["threads"] = a.threads
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for size in sizes:
             model_dir = build(size, Path(tmp))
-            runs: dict[str, list[dict]] = {"trl": [], "ours": []}
+            sides = [a.only] if a.only else ["trl", "ours"]
+            runs: dict[str, list[dict]] = {w: [] for w in sides}
             for rep in range(reps):
-                order = ("trl", "ours") if rep % 2 == 0 else ("ours", "trl")
-                for which in order:
+                for which in sides if rep % 2 == 0 else sides[::-1]:
                     r = one_run(which, model_dir, settings)
                     runs[which].append(r)
                     f = figures(r)
                     print(
                         f"  {size} rep {rep} {which:4}: {f['s_per_step']:.3f} s/step, "
                         f"{f['tok_per_s']:.1f} tok/s, {f['rss_mib']:.0f} MiB, "
-                        f"reward5 {f['reward_last5']:.3f}",
+                        f"reward5 {f['reward_last5']:.3f} (load {r['load']:.1f})"
+                        + (f", GPU peak {r['gpu_mib']:.0f} MiB" if r.get("gpu_mib") else ""),
                         flush=True,
                     )
             results.append(report(size, runs))

@@ -135,6 +135,25 @@ def train_local(
         raise typer.Exit(2) from None
 
 
+@app.command()
+def report(
+    job_id: Annotated[str, typer.Argument(help="Job id (job_…).")],
+    out: Annotated[Path, typer.Option(help="HTML file to write.")] = Path("report.html"),
+    url: Annotated[str | None, typer.Option(help="API URL (env GRPO_URL).")] = None,
+    api_key: Annotated[str | None, typer.Option(help="API key (env GRPO_API_KEY).")] = None,
+) -> None:
+    """Write a self-contained HTML report of a run (curves, spec, verifiers, checkpoints)."""
+    from service.client import ClientError
+    from service.report import write_report
+
+    try:
+        path = write_report(job_id, str(out), url, api_key)
+    except ClientError as exc:
+        console.print(f"error: {exc}", style="red", markup=False)
+        raise typer.Exit(1) from None
+    console.print(f"report written to {path}")
+
+
 def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # worker logs, not tqdm bars

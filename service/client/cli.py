@@ -21,16 +21,16 @@ from service.client.cli_base import (
     BadInput,
     ExistingFile,
     JsonOpt,
-    _jsonl,
-    _options,
-    _table,
     app,
     client,
     datasets_app,
     emit,
     err,
     load_spec,
+    options,
     out,
+    read_records,
+    table,
     verifiers_app,
 )
 from service.client.client import Client
@@ -93,7 +93,7 @@ def verifiers_test(
     as_json: JsonOpt = False,
 ) -> None:
     """Score a JSONL file of `{prompt, completion, ...fields}` samples."""
-    records = _jsonl(samples)
+    records = read_records(samples)
     with client() as grpo:
         result = grpo.verifiers.test(name, records, version)
 
@@ -102,7 +102,7 @@ def verifiers_test(
             [i + 1, rec.get("completion", "")[:50], score, error]
             for i, (rec, score, error) in enumerate(zip(records, r.scores, r.errors, strict=True))
         ]
-        out.print(_table(["#", "completion", "score", "error"], rows))
+        out.print(table(["#", "completion", "score", "error"], rows))
         out.print(f"{len(rows)} samples in {r.elapsed_ms:.0f} ms")
 
     emit(result, as_json, render)
@@ -121,7 +121,7 @@ def verifiers_list(
     emit(
         page,
         as_json,
-        lambda _: out.print(_table(["name", "version", "kind", "id", "created"], rows)),
+        lambda _: out.print(table(["name", "version", "kind", "id", "created"], rows)),
     )
 
 
@@ -148,7 +148,7 @@ def datasets_list(
     with client() as grpo:
         page = grpo.datasets.list(limit=limit)
     rows = [[d.id, d.name, d.num_records, f"{d.created_at:%Y-%m-%d %H:%M}"] for d in page.data]
-    emit(page, as_json, lambda _: out.print(_table(["id", "name", "records", "created"], rows)))
+    emit(page, as_json, lambda _: out.print(table(["id", "name", "records", "created"], rows)))
 
 
 def main() -> None:
@@ -168,7 +168,7 @@ def main() -> None:
 
 
 def _fail(code: int, message: str, problem: dict[str, Any] | None = None) -> None:
-    if _options["json"] or "--json" in sys.argv:
+    if options["json"] or "--json" in sys.argv:
         print(json.dumps({"error": problem or {"detail": message}}))
     err.print(Text.assemble(("error: ", "red"), message))
     raise SystemExit(code)

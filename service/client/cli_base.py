@@ -33,7 +33,7 @@ app.add_typer(checkpoints_app, name="checkpoints")
 
 out = Console(highlight=False, markup=False)
 err = Console(stderr=True, highlight=False)
-_options: dict[str, Any] = {"url": None, "api_key": None, "json": False}
+options: dict[str, Any] = {"url": None, "api_key": None, "json": False}
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 JobArg = Annotated[str, typer.Argument(help="Job id (job_…).")]
@@ -51,12 +51,12 @@ def root(
     url: Annotated[str | None, typer.Option(help="API base URL (env GRPO_URL).")] = None,
     api_key: Annotated[str | None, typer.Option(help="API key (env GRPO_API_KEY).")] = None,
 ) -> None:
-    _options.update(url=url, api_key=api_key)
+    options.update(url=url, api_key=api_key)
 
 
 def client() -> Client:
     try:
-        profile = config.resolve(_options["url"], _options["api_key"])
+        profile = config.resolve(options["url"], options["api_key"])
     except ValueError as exc:
         raise BadInput(str(exc)) from None
     if profile.api_key is None:
@@ -67,7 +67,7 @@ def client() -> Client:
 def emit(value: Any, as_json: bool, render: Any = None) -> None:
     """JSON to stdout when asked, else the `render` callback (or a plain print)."""
     if as_json:
-        _options["json"] = True
+        options["json"] = True
         print(json.dumps(_plain(value), indent=2))
     elif render is not None:
         render(value)
@@ -85,7 +85,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _table(columns: list[str], rows: list[list[Any]]) -> Table:
+def table(columns: list[str], rows: list[list[Any]]) -> Table:
     table = Table(*columns, box=None, header_style="bold")
     for row in rows:
         table.add_row(*("" if v is None else str(v) for v in row))
@@ -111,7 +111,7 @@ def load_spec(path: Path) -> dict[str, Any]:
     return spec
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
+def read_records(path: Path) -> list[dict[str, Any]]:
     try:
         records = list(read_jsonl(path))
     except ValueError as exc:

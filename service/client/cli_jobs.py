@@ -18,7 +18,6 @@ from service.client.cli_base import (
     ExistingFile,
     JobArg,
     JsonOpt,
-    _table,
     checkpoints_app,
     client,
     emit,
@@ -26,6 +25,7 @@ from service.client.cli_base import (
     jobs_app,
     load_spec,
     out,
+    table,
 )
 from service.client.models import JobOut
 from service.client.watch import watch
@@ -88,7 +88,7 @@ def jobs_list(
         for j in page.data
     ]
     columns = ["id", "status", "step", "reward", "created", "model"]
-    emit(page, as_json, lambda _: out.print(_table(columns, rows)))
+    emit(page, as_json, lambda _: out.print(table(columns, rows)))
 
 
 @jobs_app.command("get")
@@ -107,7 +107,8 @@ def jobs_watch(
 ) -> None:
     """Follow a job live: progress, ETA, reward/KL/length sparklines, events.
 
-    Exits 1 unless the job succeeds. With --json: a JSON line per metrics row and event."""
+    Exits 1 unless the job succeeds. With --json: a line `{"metrics": row}` or `{"event": event}`
+    per update, then the final job."""
     with client() as grpo:
         job = watch(grpo, job_id, Console(stderr=False), as_json=as_json, interval=interval)
     if as_json:
@@ -137,7 +138,7 @@ def jobs_metrics(
     keys = ["step", "reward_mean", "eval_reward_mean", "kl", "loss", "completion_len_mean"]
     keys += ["step_seconds"]
     table_rows = [[_num(r.get(k)) for k in keys] for r in rows]
-    emit(rows, as_json, lambda _: out.print(_table(keys, table_rows)))
+    emit(rows, as_json, lambda _: out.print(table(keys, table_rows)))
 
 
 def _num(value: object) -> object:
@@ -153,7 +154,7 @@ def checkpoints_list(job_id: JobArg, as_json: JsonOpt = False) -> None:
     emit(
         ckpts,
         as_json,
-        lambda _: out.print(_table(["step", "format", "bytes", "sha256", "id"], rows)),
+        lambda _: out.print(table(["step", "format", "bytes", "sha256", "id"], rows)),
     )
 
 

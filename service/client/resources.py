@@ -35,8 +35,18 @@ class Verifiers:
         )
         return VerifierOut.model_validate(data)
 
-    def create_python(self, name: str, source: str, description: str = "") -> VerifierOut:
-        return self.create(name, "python", {"source": source}, description)
+    def create_python(
+        self,
+        name: str,
+        source: str,
+        description: str = "",
+        *,
+        idempotency_key: str | None = None,
+    ) -> VerifierOut:
+        """Register a python verifier from its source text."""
+        return self.create(
+            name, "python", {"source": source}, description, idempotency_key=idempotency_key
+        )
 
     def get(self, name: str, version: int | None = None) -> VerifierOut:
         path = f"/v1/verifiers/{name}" + (f"/versions/{version}" if version else "")

@@ -100,9 +100,9 @@ def watch(
             last_event = events[-1].id
         if as_json:
             for row in new_rows:
-                print(json.dumps({"type": "metrics", **row}), flush=True)
+                print(json.dumps({"metrics": row}), flush=True)
             for event in events:
-                print(json.dumps({"type": "event", **event.model_dump(mode="json")}), flush=True)
+                print(json.dumps({"event": event.model_dump(mode="json")}), flush=True)
         else:
             for event in events:
                 console.print(event_line(event))

@@ -1,10 +1,12 @@
 """Per-token log-probabilities log pi(y_t | x, y_<t) of sampled completion tokens, and entropy.
 
 One forward pass over prompt + completion; only the logits that predict completion tokens are
-computed (`logits_to_keep`), divided by the sampling temperature (the policy that sampled is
-softmax(logits / T), so the ratio and KL use the same distribution). The log-prob of the chosen
-token is gathered as logit - logsumexp, without a full log-softmax copy; the entropy (a metric
-only) is computed without gradient.
+computed, divided by the sampling temperature (the policy that sampled is softmax(logits / T),
+so the ratio and KL use the same distribution). Llama-family models run `lean.lean_logits`
+(the same numbers with fewer ops; without gradient each distinct prompt of a group runs once);
+any other model its own forward with `logits_to_keep`. The log-prob of the chosen token is
+gathered as logit - logsumexp, without a full log-softmax copy; the entropy (a metric only) is
+computed without gradient.
 """
 
 from __future__ import annotations
@@ -13,6 +15,30 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from workers.grpo.lean import lean_logits, supported
+
+
+def completion_logits(
+    model: Any,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+) -> Tensor:
+    """Logits (N, T, V) that predict each completion token."""
+    width = prompt_ids.shape[1] + completion_ids.shape[1]
+    if supported(model, width):
+        # Prompt sharing only without gradient (pi_ref, pi_old): in the training forward it
+        # would make the float summation order of the prompt's gradient depend on micro-batching.
+        share = not torch.is_grad_enabled()
+        return lean_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, share)
+    ids = torch.cat([prompt_ids, completion_ids], 1)  # (N, P + T)
+    mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)  # (N, P + T)
+    positions = (mask.cumsum(1) - 1).clamp(min=0)  # (N, P + T)
+    keep = completion_ids.shape[1] + 1
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep)
+    return out.logits[:, :-1]  # (N, T, V)
 
 
 def completion_logprobs(
@@ -25,14 +51,10 @@ def completion_logprobs(
     with_entropy: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs (N, T) of `completion_ids` and, if asked, the per-token entropy (N, T)."""
-    width = completion_ids.shape[1]
-    ids = torch.cat([prompt_ids, completion_ids], 1)  # (N, P + T)
-    mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)  # (N, P + T)
-    positions = (mask.cumsum(1) - 1).clamp(min=0)  # (N, P + T)
-    out = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=width + 1
-    )
-    logits = out.logits[:, :-1].float() / temperature  # (N, T, V)
+    logits = completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    logits = logits.float()  # (N, T, V), no copy when already fp32
+    if temperature != 1.0:
+        logits = logits / temperature  # (N, T, V)
     lse = torch.logsumexp(logits, dim=-1)  # (N, T)
     chosen = logits.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)  # (N, T)
     entropy = None

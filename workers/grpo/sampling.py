@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from workers.grpo.config import GenerationParams
-from workers.grpo.decode import LeanDecoder
+from workers.grpo.lean import LeanDecoder
 
 Prompt = str | list[dict[str, str]]
 

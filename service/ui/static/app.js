@@ -101,7 +101,9 @@ async function jobsPage() {
   }
   $("jobs-more").onclick = () => load(true);
   await load(false);
-  setInterval(() => { if (!after) load(false).catch(showError("jobs-error")); }, 5000);
+  setInterval(() => {
+    if (!after && sessionStorage.getItem(KEY)) load(false).catch(showError("jobs-error"));
+  }, 5000);
 }
 
 /* ---- one job --------------------------------------------------------------------------- */
@@ -233,7 +235,7 @@ async function jobPage(jobId) {
       if (err.status === 404 || err.status === 401) return;
     }
     if (final) document.body.dataset.final = "true";
-    else setTimeout(loop, POLL_MS);
+    else if (sessionStorage.getItem(KEY)) setTimeout(loop, POLL_MS);
   }
   await loop();
 }
@@ -262,8 +264,7 @@ $("login-form").addEventListener("submit", async (event) => {
     return;
   }
   sessionStorage.setItem(KEY, key);
-  $("api-key").value = "";
-  start();
+  location.reload();
 });
 $("logout").addEventListener("click", () => showLogin("Logged out."));
 start();

@@ -5,7 +5,7 @@
 
 const GrpoCharts = (() => {
   const NS = "http://www.w3.org/2000/svg";
-  const W = 420, H = 200, M = {l: 52, r: 12, t: 10, b: 26};
+  const W = 420, H = 200, M = {l: 52, r: 12, t: 24, b: 26};
 
   function el(name, attrs, parent) {
     const node = document.createElementNS(NS, name);
@@ -51,9 +51,12 @@ const GrpoCharts = (() => {
       el("text", {x: M.l - 6, y: sy(y) + 4, "text-anchor": "end", class: "tick"}, svg)
         .textContent = fmt(y);
     }
-    for (const x of [x0, x1]) {
+    const integer = all.every((p) => Number.isInteger(p[0]));
+    const ticks = new Set([x0, x1]);
+    for (let i = 1; i < 4; i++) ticks.add(integer ? Math.round(x0 + (x1 - x0) * i / 4) : x0 + (x1 - x0) * i / 4);
+    for (const x of ticks) {
       el("text", {x: sx(x), y: H - 8, "text-anchor": "middle", class: "tick"}, svg)
-        .textContent = Number.isInteger(x) ? String(x) : fmt(x);
+        .textContent = integer ? String(x) : fmt(x);
     }
     shown.forEach((s, i) => {
       if (!s.points.length) return;
@@ -68,9 +71,9 @@ const GrpoCharts = (() => {
         }
       }
       if (shown.length > 1) {
-        const lx = M.l + 8 + i * 110;
-        el("rect", {x: lx, y: M.t + 2, width: 10, height: 10, fill: s.color}, svg);
-        el("text", {x: lx + 14, y: M.t + 11, class: "legend"}, svg).textContent = s.label;
+        const lx = M.l + i * 110;
+        el("rect", {x: lx, y: 4, width: 10, height: 10, fill: s.color}, svg);
+        el("text", {x: lx + 14, y: 13, class: "legend"}, svg).textContent = s.label;
       }
     });
     return svg;

@@ -1,0 +1,1 @@
+from tests.client.shared import clientside, trained  # noqa: F401  (fixtures)

@@ -1,0 +1,131 @@
+"""The dashboard in headless Chromium (Debian's chromium + chromedriver, driven by selenium)
+against the real service: log in, the jobs list, a finished job's curves, events, checkpoints,
+the reward-hacking banner, and no console errors."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
+
+from service.models import JobEvent
+from tests.client.shared import STEPS, Trained
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
+    if not (Path(CHROMEDRIVER).exists() and Path(CHROMIUM).exists()):
+        pytest.fail("chromium and chromium-driver are needed (.ci/ensure-services.sh)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-dev-shm-usage", "--window-size=1400,1800", f"--user-data-dir={tmp_path / 'p'}",
+    ):  # fmt: skip
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(CHROMEDRIVER))
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def console_errors(driver: webdriver.Chrome) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def wait_for(driver: webdriver.Chrome, css: str, timeout: float = 20):  # noqa: ANN201
+    return WebDriverWait(driver, timeout).until(lambda d: d.find_element(By.CSS_SELECTOR, css))
+
+
+def add_hacking_event(trained: Trained) -> None:
+    """The worker emits this when held-out reward falls while train reward rises; a 3-step job
+    cannot show that, so the row is written as the worker would write it."""
+    engine = create_engine(f"sqlite:///{trained.svc.env['GRPO_DATA_DIR']}/grpo.db")
+    with Session(engine) as session:
+        session.add(
+            JobEvent(
+                job_id=trained.job_id,
+                type="reward_hacking_suspected",
+                message="train reward rises while held-out reward falls",
+                data={"step": STEPS},
+            )
+        )
+        session.commit()
+    engine.dispose()
+
+
+def test_dashboard_shows_a_finished_job(
+    trained: Trained, browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    base = trained.svc.base_url
+    browser.get(f"{base}/ui/")
+    wait_for(browser, "#login-form")
+    browser.find_element(By.ID, "api-key").send_keys("grpo_sk_wrong")
+    browser.find_element(By.CSS_SELECTOR, "#login-form button").click()
+    WebDriverWait(browser, 10).until(
+        lambda d: "not accepted" in d.find_element(By.ID, "login-error").text
+    )
+    browser.get_log("browser")  # the rejected key's 401 is expected: clear the log
+
+    browser.find_element(By.ID, "api-key").clear()
+    browser.find_element(By.ID, "api-key").send_keys(trained.key)
+    browser.find_element(By.CSS_SELECTOR, "#login-form button").click()
+    row = wait_for(browser, f"#jobs tr[data-job-id='{trained.job_id}']")
+    assert "succeeded" in row.text and f"{STEPS}/{STEPS}" in row.text
+
+    row.find_element(By.TAG_NAME, "a").click()
+    WebDriverWait(browser, 20).until(
+        lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-final")
+    )
+    train = browser.find_element(
+        By.CSS_SELECTOR, "#chart-reward polyline[data-series='reward_mean']"
+    )
+    assert train.get_attribute("data-points") == str(STEPS)
+    steps = browser.find_elements(
+        By.CSS_SELECTOR, "#chart-reward circle[data-series='reward_mean']"
+    )
+    assert sorted(int(c.get_attribute("data-step")) for c in steps) == list(range(1, STEPS + 1))
+    held_out = browser.find_element(
+        By.CSS_SELECTOR, "#chart-reward polyline[data-series='eval_reward_mean']"
+    )
+    assert int(held_out.get_attribute("data-points")) >= 1
+    for chart in ("kl", "loss", "length", "clip", "time"):
+        line = browser.find_element(By.CSS_SELECTOR, f"#chart-{chart} polyline")
+        assert line.get_attribute("data-points") == str(STEPS), chart
+
+    types = [
+        r.get_attribute("data-type")
+        for r in browser.find_elements(By.CSS_SELECTOR, "#events tbody tr")
+    ]
+    assert "checkpoint" in types and "status" in types, types
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#checkpoints button.download")) == STEPS
+    assert not browser.find_element(By.ID, "hacking-banner").is_displayed()
+    browser.save_screenshot(str(tmp_path / "job.png"))
+
+    add_hacking_event(trained)
+    browser.refresh()
+    banner = WebDriverWait(browser, 20).until(
+        lambda d: (
+            d.find_element(By.ID, "hacking-banner")
+            if d.find_element(By.ID, "hacking-banner").is_displayed()
+            else None
+        )
+    )
+    assert "held-out reward falls" in banner.text
+    browser.save_screenshot(str(tmp_path / "job-hacking.png"))
+    assert console_errors(browser) == []
