@@ -3,12 +3,14 @@
     .venv/bin/python bench/vs_trl.py [--quick] [--sizes 3m,25m] [--reps 2] [--steps 30]
 
 For each model size (random-init, Llama-shaped, built locally), runs TRL and this engine
-alternately (TRL first on even repetitions, ours first on odd ones), each run in its own
-subprocess so peak RSS is that run's. Prints per size: median seconds per step, completion
-tokens per second (all tokens over all steps after the first, whose time includes warm-up),
-peak RSS, mean reward over the last 5 steps, and the ratios ours/TRL (medians over repetitions).
-Targets on a 2-core CPU: >= 3x TRL's throughput at 3M, >= 1.5x at 25M, RSS <= TRL's, last-5
-reward >= TRL's. `--quick`: 3M only, 6 steps, one repetition (a smoke run).
+alternately (TRL first on even repetitions, ours first on odd ones; repetition k uses seed k
+for both), each run in its own subprocess so that peak RSS is that run's. Prints per size:
+median seconds per step, completion tokens per second (all tokens over all steps after the
+first, whose time includes warm-up), peak RSS, mean reward over the last 5 steps, the machine's
+load, and the ratios ours/TRL (medians over repetitions). `--threads N` gives both N torch
+intra-op threads (default: torch's own, what a user gets). Targets on a 2-core CPU: >= 3x TRL's
+throughput at 3M, >= 1.5x at 25M, RSS <= TRL's, last-5 reward >= TRL's.
+`--quick`: 3M only, 6 steps, one repetition (a smoke run).
 """
 
 from __future__ import annotations
@@ -128,7 +130,7 @@ def main() -> None:
             runs: dict[str, list[dict]] = {w: [] for w in sides}
             for rep in range(reps):
                 for which in sides if rep % 2 == 0 else sides[::-1]:
-                    r = one_run(which, model_dir, settings)
+                    r = one_run(which, model_dir, settings | {"seed": rep})
                     runs[which].append(r)
                     f = figures(r)
                     print(

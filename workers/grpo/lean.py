@@ -76,8 +76,10 @@ def _apply(x: Tensor, maps: Linear) -> Tensor:
 
 
 def _rms(x: Tensor, norm: Norm) -> Tensor:
-    """HF's RMSNorm: normalise in fp32, cast back, scale."""
+    """HF's RMSNorm: normalise in fp32, cast back, scale (one fused op for fp32 inputs)."""
     weight, eps = norm
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        return F.rms_norm(x, weight.shape, weight, eps)
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
     return weight * h.to(x.dtype)
