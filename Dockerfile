@@ -26,8 +26,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     TOKENIZERS_PARALLELISM=false \
     GRPO_DATA_DIR=/var/lib/grpo \
     HF_HOME=/var/lib/grpo/hf
-# A fixed non-root uid: the python verifier child's RLIMIT_NPROC only binds a non-root user.
-RUN useradd --uid 10001 --create-home --home-dir /home/grpo --shell /usr/sbin/nologin grpo \
+# bubblewrap sandboxes python verifiers (without it they are refused). A fixed non-root uid:
+# the verifier sandbox's RLIMIT_NPROC only binds a non-root user.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends bubblewrap \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --uid 10001 --create-home --home-dir /home/grpo --shell /usr/sbin/nologin grpo \
  && mkdir -p /var/lib/grpo \
  && chown grpo:grpo /var/lib/grpo
 WORKDIR /app
