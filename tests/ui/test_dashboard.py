@@ -9,15 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from selenium import webdriver  # noqa: E402  (a dev dependency: never skipped)
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
 from service.models import JobEvent
 from tests.client.shared import STEPS, Trained
-
-webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

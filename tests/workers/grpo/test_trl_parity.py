@@ -10,7 +10,7 @@ Mapping: TRL `loss_type` "grpo" <-> `sequence_mean`, "bnpo" and "dapo" <-> `toke
 "dr_grpo" <-> `constant`; `scale_rewards` "group" <-> `std="sample"`, "none" <-> `std="none"`.
 Both divide by (std + 1e-4) (TRL: `advantages / (std_rewards + 1e-4)`, Bessel-corrected std).
 
-The one known difference: TRL >= 0.2x multiplies its k3 KL term by the importance ratio by
+The one known difference: TRL 1.16 multiplies its k3 KL term by the importance ratio by
 default (`use_bias_correction_kl=True`, DeepSeek-V3.2's unbiased KL gradient). Our loss is the
 paper's (design.md step 6), so the parity tests turn it off; `test_trl_bias_corrected_kl_differs`
 pins what the difference is (same loss value on-policy, a different KL gradient).
