@@ -32,7 +32,7 @@ lint: venv
 	$(BIN)/ruff format --check service workers tests bench migrations
 
 bench: venv
-	$(BIN)/python bench/engine_speed.py
+	$(BIN)/python bench/vs_trl.py
 
 clean:
 	rm -rf $(VENV) .grpo demo-out
