@@ -91,7 +91,11 @@ def get_metrics(
     session: SessionDep,
     after_step: Annotated[int, Query(ge=0, description="Only steps after this one.")] = 0,
 ) -> MetricsPage:
-    return MetricsPage(data=service.list_metrics(session, job, after_step))
+    return MetricsPage(
+        data=service.list_metrics(session, job, after_step),
+        verifiers=job.spec.get("verifiers", []),
+        eval_verifiers=job.spec.get("eval_verifiers", []),
+    )
 
 
 @router.get(

@@ -63,8 +63,22 @@ class JobOut(BaseModel):
     finished_at: UtcDateTime | None
 
 
+class PinnedVerifier(BaseModel):
+    name: str
+    version: int
+    weight: float
+    sha256: str = Field(description="Of the version's kind+config: the exact code scored.")
+
+
 class MetricsPage(BaseModel):
     data: list[dict[str, Any]] = Field(description="One row per step: {step, ...metrics}.")
+    verifiers: list[PinnedVerifier] = Field(
+        default_factory=list,
+        description="The pinned verifier versions behind `reward/<name>` and `errors/<name>`.",
+    )
+    eval_verifiers: list[PinnedVerifier] = Field(
+        default_factory=list, description="The pinned versions behind `eval_reward/<name>`."
+    )
 
 
 class EventOut(BaseModel):

@@ -73,8 +73,13 @@ def check_training_flow(svc: RunningService, model: Path, tmp_path: Path) -> Non
     assert final["status"] == "succeeded", (final, svc.logs())
     assert final["step"] == 4 and final["started_at"] and final["finished_at"]
 
-    rows = client.get(f"/v1/jobs/{job['id']}/metrics").json()["data"]
+    page = client.get(f"/v1/jobs/{job['id']}/metrics").json()
+    rows = page["data"]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    verifier = client.get("/v1/verifiers/digits").json()
+    assert page["verifiers"] == [
+        {"name": "digits", "version": 1, "weight": 1.0, "sha256": verifier["sha256"]}
+    ]
     assert set(rows[0]) >= REQUIRED_METRICS, set(rows[0])
     assert client.get(f"/v1/jobs/{job['id']}/metrics?after_step=2").json()["data"][0]["step"] == 3
 
@@ -131,5 +136,10 @@ def test_second_delivery_does_not_start_a_second_run(
     assert final["status"] == "succeeded", svc.logs()
     events = client.get(f"/v1/jobs/{job['id']}/events").json()["data"]
     assert sum(e["data"].get("status") == "running" for e in events) == 1
-    rows = client.get(f"/v1/jobs/{job['id']}/metrics").json()["data"]
+    page = client.get(f"/v1/jobs/{job['id']}/metrics").json()
+    rows = page["data"]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    verifier = client.get("/v1/verifiers/digits").json()
+    assert page["verifiers"] == [
+        {"name": "digits", "version": 1, "weight": 1.0, "sha256": verifier["sha256"]}
+    ]
