@@ -175,3 +175,20 @@ def test_sigterm_hands_the_job_over_without_losing_a_step(
     handed_back = [e for e in events(client, job["id"]) if "handed the job back" in e["message"]]
     assert len(handed_back) == 1
     assert [step for step, _ in metric_rows(cluster, job["id"])] == list(range(1, 13))
+
+
+def test_survives_a_postgresql_restart(cluster: Cluster, tiny_model_dir: Path) -> None:
+    client = cluster.client("pg-restart")
+    job = submit_digit_job(client, tiny_model_dir, **LONG_JOB)
+    wait_for(lambda: started(client, job["id"], 2), "step 2")
+    version = sorted(os.listdir("/etc/postgresql"))[-1]
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True
+    )
+    started_at = time.monotonic()
+    r = httpx.get(f"{cluster.svc.base_url}/readyz", timeout=30)  # answers; never hangs
+    assert r.status_code in (200, 503) and time.monotonic() - started_at < 30
+    wait_for(lambda: httpx.get(f"{cluster.svc.base_url}/readyz").status_code == 200, "readyz")
+    final = wait_final(client, job["id"], timeout=240)
+    assert final["status"] == "succeeded", cluster.svc.logs()
+    assert [step for step, _ in metric_rows(cluster, job["id"])] == list(range(1, 13))

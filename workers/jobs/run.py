@@ -221,6 +221,12 @@ def run_job(job_id: str, settings: Settings | None = None) -> None:
             _train(run, job, storage, work_dir)
     except lease.LeaseLost:
         log.warning("job %s epoch %s: lease lost, this run writes nothing more", job_id, epoch)
+    except OperationalError:
+        # The database went away for longer than a write can wait. That is no fault of the job:
+        # stop here; the lease lapses and the reconciler resumes it from its last checkpoint.
+        log.exception(
+            "job %s epoch %s: database unavailable; leaving it to the reconciler", job_id, epoch
+        )
     except Exception as exc:  # every failure ends the job with its reason
         log.exception("job %s failed", job_id)
         run.finish("failed", {"code": error_code(exc), "message": str(exc)[:2000]})
