@@ -51,11 +51,22 @@ def api(host: HostOpt = "127.0.0.1", port: PortOpt = 8000) -> None:
 def worker(
     queue: Annotated[str, typer.Option(help="Queue to consume.")] = "gpu",
     grace_seconds: GraceOpt = 600.0,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Serve the worker's Prometheus metrics on this port.")
+    ] = None,
 ) -> None:
     """Run a Celery training worker (one job at a time) and the reconciler."""
+    from workers.observability import cleanup_metrics, serve_metrics
+
     _log_sandbox_mode()
+    folder = serve_metrics(metrics_port) if metrics_port else None
     supervisor = Supervisor([worker_command(queue)], grace_seconds=grace_seconds, reconcile=True)
-    raise typer.Exit(supervisor.run())
+    try:
+        code = supervisor.run()
+    finally:
+        if folder:
+            cleanup_metrics(folder)
+    raise typer.Exit(code)
 
 
 @app.command()

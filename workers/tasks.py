@@ -1,6 +1,17 @@
 """Celery tasks: thin adapters that pass ids and call plain functions."""
 
+from celery.signals import after_setup_logger, after_setup_task_logger
+
 from workers.celery_app import TRAIN_TASK, app
+from workers.observability import JsonFormatter
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def _json_logs(logger, *_args, **_kwargs) -> None:  # type: ignore[no-untyped-def]
+    """Worker logs as JSON lines (job id and epoch on every line of a run)."""
+    for handler in logger.handlers:
+        handler.setFormatter(JsonFormatter())
 
 
 @app.task(name=TRAIN_TASK)

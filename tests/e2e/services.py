@@ -30,6 +30,7 @@ class RunningService:
     env: dict[str, str]
     log_dir: Path
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    worker_metrics_port: int | None = None
 
     def cli(self, *args: str) -> str:
         out = subprocess.run(
@@ -88,7 +89,9 @@ def run_service(
     else:
         svc.cli("migrate")
         svc.procs.append(_spawn(["api", "--port", str(port)], env, work / "api.log"))
-        svc.procs.append(_spawn(["worker"], env, work / "worker.log"))
+        svc.worker_metrics_port = free_port()
+        worker = ["worker", "--metrics-port", str(svc.worker_metrics_port)]
+        svc.procs.append(_spawn(worker, env, work / "worker.log"))
     try:
         _wait_ready(svc)
         yield svc

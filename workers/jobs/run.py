@@ -30,6 +30,7 @@ from workers.celery_app import enqueue_training
 from workers.jobs import lease
 from workers.jobs.archive import extract_tar, make_tar
 from workers.jobs.scorers import open_scorers, records_from_jsonl
+from workers.observability import job_context, record_step
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class JobRun:
 
     def __init__(self, job: Job, epoch: int, settings: Settings, storage: ObjectStorage) -> None:
         self.job_id, self.tenant_id, self.epoch = job.id, job.tenant_id, epoch
+        self.total_steps = job.total_steps
         self.settings, self.storage = settings, storage
         self.lost = threading.Event()
         self.cancel_requested = threading.Event()
@@ -48,6 +50,8 @@ class JobRun:
     # -- engine hooks -------------------------------------------------------------------
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
         self._fenced(lease.record_step, step, metrics)
+        record_step(metrics)
+        log.info("step %d/%s reward_mean %.4f", step, self.total_steps, metrics["reward_mean"])
 
     def on_checkpoint(self, step: int, directory: Path) -> None:
         tar_path, sha256, size = make_tar(directory)
@@ -212,6 +216,8 @@ def run_job(job_id: str, settings: Settings | None = None) -> None:
         job = session.get(Job, job_id)
         assert job is not None
         session.expunge(job)
+    job_context.set({"job_id": job_id, "epoch": epoch})
+    log.info("claimed job %s (epoch %d)", job_id, epoch)
     storage = open_storage_from_settings(settings)
     run = JobRun(job, epoch, settings, storage)
     work_dir = settings.data_path / "work" / job_id / f"e{epoch}"
