@@ -75,16 +75,17 @@ _bearer = HTTPBearer(auto_error=False, description="API key: `Authorization: Bea
 
 
 async def get_tenant(
-    settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> str:
     """The tenant behind the bearer key. Looked up in its own short transaction (cached for
-    `auth_cache_s`), so the request's session holds no connection until the handler needs one."""
+    `auth_cache_s`), so the request's session holds no connection until the handler needs one.
+    On every request: the settings are read directly (a cached value), not as one more
+    dependency to solve."""
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise ProblemError(
             401, "Unauthorized", "missing API key", headers={"WWW-Authenticate": "Bearer"}
         )
-    tenant_id = await tenant_for_key(credentials.credentials, settings.auth_cache_s)
+    tenant_id = await tenant_for_key(credentials.credentials, get_settings().auth_cache_s)
     if tenant_id is None:
         raise ProblemError(
             401,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -57,15 +57,19 @@ class BodyLimitMiddleware:
         await response(scope, receive, send)
 
 
+# Built once, with a bound parameter: no statement to build or cache key to compute per request.
+_OPEN_JOBS = (
+    select(func.count())
+    .select_from(Job)
+    .where(Job.tenant_id == bindparam("tenant"), Job.status.in_(LIVE_STATUSES))
+)
+
+
 def check_open_jobs(session: SessionDep, tenant: TenantDep, settings: SettingsDep) -> None:
     """429 with Retry-After when the tenant already has its quota of live jobs. A soft limit:
     two racing submissions may both pass at the edge."""
     limit = settings.max_open_jobs_per_tenant
-    count = session.scalar(
-        select(func.count())
-        .select_from(Job)
-        .where(Job.tenant_id == tenant, Job.status.in_(LIVE_STATUSES))
-    )
+    count = session.scalar(_OPEN_JOBS, {"tenant": tenant})
     if (count or 0) >= limit:
         raise too_many(
             f"the tenant has {count} open jobs; the limit is {limit}",

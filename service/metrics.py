@@ -25,6 +25,8 @@ LATENCY = Histogram(
     ["method", "route"],
     buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+# The children of both metrics by (method, route, status): bounded, as routes are templates.
+_children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 STATUSES = ("queued", "running", "cancelling", "succeeded", "failed", "cancelled")
 
 
@@ -51,8 +53,14 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_status)
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
-            REQUESTS.labels(scope["method"], route, status).inc()
-            LATENCY.labels(scope["method"], route).observe(time.perf_counter() - started)
+            method = scope["method"]
+            key = (method, route, status)
+            children = _children.get(key)
+            if children is None:  # `labels()` validates and locks: once per label set is enough
+                children = (REQUESTS.labels(method, route, status), LATENCY.labels(method, route))
+                _children[key] = children
+            children[0].inc()
+            children[1].observe(time.perf_counter() - started)
 
 
 class JobsCollector(Collector):

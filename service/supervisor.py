@@ -21,10 +21,13 @@ from dataclasses import dataclass, field
 log = logging.getLogger(__name__)
 
 
-def api_command(host: str, port: int) -> list[str]:
+def api_command(host: str, port: int, workers: int = 1) -> list[str]:
+    """uvicorn picks httptools and uvloop itself when installed (both are dependencies). More
+    than one worker process uses more than one core (each has its own pool and caches)."""
     return [
         sys.executable, "-m", "uvicorn", "service.main:app",
         "--host", host, "--port", str(port), "--no-access-log",
+        *(["--workers", str(workers)] if workers > 1 else []),
     ]  # fmt: skip
 
 

@@ -5,21 +5,50 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
-from service.datasets.service import find_dataset
 from service.deps import after_commit
 from service.errors import FieldError, conflict, invalid, not_found
 from service.ids import new_id
 from service.jobs.events import add_event
 from service.jobs.schemas import JobCreate, VerifierRef
-from service.models import FINAL_STATUSES, Checkpoint, Job, JobEvent, JobMetric
+from service.models import (
+    FINAL_STATUSES,
+    Checkpoint,
+    Dataset,
+    Job,
+    JobEvent,
+    JobMetric,
+    VerifierVersion,
+)
 from service.models.base import utcnow
-from service.verifiers.service import find_version
 from workers.celery_app import enqueue_training
 
 log = logging.getLogger(__name__)
+
+
+# Submission's lookups, built once with bound parameters (no statement to build or cache key to
+# compute per request) and reading only the columns used: the same rows as find_dataset and
+# find_version would load.
+_DATASET_EXISTS = select(Dataset.id).where(
+    Dataset.id == bindparam("id"),
+    Dataset.tenant_id == bindparam("tenant"),
+    Dataset.deleted_at.is_(None),
+)
+_VERSION = select(VerifierVersion.name, VerifierVersion.version, VerifierVersion.sha256).where(
+    VerifierVersion.tenant_id == bindparam("tenant"), VerifierVersion.name == bindparam("name")
+)
+_LATEST_VERSION = _VERSION.order_by(VerifierVersion.version.desc()).limit(1)
+_EXACT_VERSION = _VERSION.where(VerifierVersion.version == bindparam("version"))
+
+
+def _find_version(session: Session, tenant_id: str, name: str, version: int | None) -> Any:
+    """As verifiers.service.find_version, reading just name, version and sha256."""
+    if version is None:
+        return session.execute(_LATEST_VERSION, {"tenant": tenant_id, "name": name}).first()
+    params = {"tenant": tenant_id, "name": name, "version": version}
+    return session.execute(_EXACT_VERSION, params).first()
 
 
 def _pin_verifiers(
@@ -27,7 +56,7 @@ def _pin_verifiers(
 ) -> tuple[list[dict[str, Any]], list[FieldError]]:
     pinned, errors = [], []
     for i, ref in enumerate(refs):
-        row = find_version(session, tenant_id, ref.name, ref.version)
+        row = _find_version(session, tenant_id, ref.name, ref.version)
         if row is None:
             label = ref.name if ref.version is None else f"{ref.name} version {ref.version}"
             errors.append(FieldError(path=f"$.{field}[{i}].name", message=f"no verifier {label}"))
@@ -38,16 +67,26 @@ def _pin_verifiers(
     return pinned, errors
 
 
+def _dataset_missing(session: Session, tenant_id: str, dataset_id: str) -> bool:
+    """As `find_dataset(...) is None`, reading just the id."""
+    params = {"id": dataset_id, "tenant": tenant_id}
+    return session.execute(_DATASET_EXISTS, params).first() is None
+
+
 def create_job(session: Session, tenant_id: str, body: JobCreate) -> Job:
     errors: list[FieldError] = []
     for field in ("dataset", "eval_dataset"):
         ident = getattr(body, field)
-        if ident is not None and find_dataset(session, tenant_id, ident) is None:
+        if ident is not None and _dataset_missing(session, tenant_id, ident):
             errors.append(FieldError(path=f"$.{field}", message=f"no dataset '{ident}'"))
     verifiers, verifier_errors = _pin_verifiers(session, tenant_id, body.verifiers, "verifiers")
-    eval_refs = body.eval_verifiers if body.eval_verifiers is not None else body.verifiers
-    eval_verifiers, eval_errors = _pin_verifiers(session, tenant_id, eval_refs, "eval_verifiers")
-    errors += verifier_errors + (eval_errors if body.eval_verifiers is not None else [])
+    if body.eval_verifiers is not None:
+        eval_verifiers, eval_errors = _pin_verifiers(
+            session, tenant_id, body.eval_verifiers, "eval_verifiers"
+        )
+    else:  # defaults to the training verifiers: the same pins, no second round of lookups
+        eval_verifiers, eval_errors = [dict(v) for v in verifiers], []
+    errors += verifier_errors + eval_errors
     if errors:
         raise invalid(errors)
 
@@ -65,8 +104,8 @@ def create_job(session: Session, tenant_id: str, body: JobCreate) -> Job:
         enqueued_at=utcnow(),
     )
     session.add(job)
-    session.flush()
     add_event(session, job.id, "status", "job queued", {"status": "queued"})
+    session.flush()  # one flush for both rows (the job's id is ours; defaults fill in here)
     after_commit(session, lambda: _wake_workers(job.id, body.queue))
     return job
 
