@@ -42,9 +42,13 @@ def migrate() -> None:
 
 
 @app.command()
-def api(host: HostOpt = "127.0.0.1", port: PortOpt = 8000) -> None:
+def api(
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    workers: Annotated[int, typer.Option(min=1, help="uvicorn processes (one per core).")] = 1,
+) -> None:
     """Run the REST API (uvicorn)."""
-    raise typer.Exit(Supervisor([api_command(host, port)]).run())
+    raise typer.Exit(Supervisor([api_command(host, port, workers)]).run())
 
 
 @app.command()
