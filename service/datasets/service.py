@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from service.datasets.records import to_jsonl
@@ -44,12 +44,23 @@ def create_dataset(
     return row
 
 
+# A dataset a tenant can use: its own, not deleted. Built once with bound parameters.
+_LIVE = (
+    Dataset.id == bindparam("id"),
+    Dataset.tenant_id == bindparam("tenant"),
+    Dataset.deleted_at.is_(None),
+)
+_FIND = select(Dataset).where(*_LIVE)
+_EXISTS = select(Dataset.id).where(*_LIVE)
+
+
 def find_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset | None:
-    return session.scalar(
-        select(Dataset).where(
-            Dataset.id == dataset_id, Dataset.tenant_id == tenant_id, Dataset.deleted_at.is_(None)
-        )
-    )
+    return session.scalar(_FIND, {"id": dataset_id, "tenant": tenant_id})
+
+
+def dataset_exists(session: Session, tenant_id: str, dataset_id: str) -> bool:
+    """As `find_dataset(...) is not None`, reading just the id (job submission's hot path)."""
+    return session.execute(_EXISTS, {"id": dataset_id, "tenant": tenant_id}).first() is not None
 
 
 def get_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.datasets.service import dataset_exists
 from service.deps import after_commit
 from service.errors import FieldError, conflict, invalid, not_found
 from service.ids import new_id
@@ -16,39 +17,15 @@ from service.jobs.schemas import JobCreate, VerifierRef
 from service.models import (
     FINAL_STATUSES,
     Checkpoint,
-    Dataset,
     Job,
     JobEvent,
     JobMetric,
-    VerifierVersion,
 )
 from service.models.base import utcnow
+from service.verifiers.service import find_pin
 from workers.celery_app import enqueue_training
 
 log = logging.getLogger(__name__)
-
-
-# Submission's lookups, built once with bound parameters (no statement to build or cache key to
-# compute per request) and reading only the columns used: the same rows as find_dataset and
-# find_version would load.
-_DATASET_EXISTS = select(Dataset.id).where(
-    Dataset.id == bindparam("id"),
-    Dataset.tenant_id == bindparam("tenant"),
-    Dataset.deleted_at.is_(None),
-)
-_VERSION = select(VerifierVersion.name, VerifierVersion.version, VerifierVersion.sha256).where(
-    VerifierVersion.tenant_id == bindparam("tenant"), VerifierVersion.name == bindparam("name")
-)
-_LATEST_VERSION = _VERSION.order_by(VerifierVersion.version.desc()).limit(1)
-_EXACT_VERSION = _VERSION.where(VerifierVersion.version == bindparam("version"))
-
-
-def _find_version(session: Session, tenant_id: str, name: str, version: int | None) -> Any:
-    """As verifiers.service.find_version, reading just name, version and sha256."""
-    if version is None:
-        return session.execute(_LATEST_VERSION, {"tenant": tenant_id, "name": name}).first()
-    params = {"tenant": tenant_id, "name": name, "version": version}
-    return session.execute(_EXACT_VERSION, params).first()
 
 
 def _pin_verifiers(
@@ -56,7 +33,7 @@ def _pin_verifiers(
 ) -> tuple[list[dict[str, Any]], list[FieldError]]:
     pinned, errors = [], []
     for i, ref in enumerate(refs):
-        row = _find_version(session, tenant_id, ref.name, ref.version)
+        row = find_pin(session, tenant_id, ref.name, ref.version)
         if row is None:
             label = ref.name if ref.version is None else f"{ref.name} version {ref.version}"
             errors.append(FieldError(path=f"$.{field}[{i}].name", message=f"no verifier {label}"))
@@ -67,17 +44,11 @@ def _pin_verifiers(
     return pinned, errors
 
 
-def _dataset_missing(session: Session, tenant_id: str, dataset_id: str) -> bool:
-    """As `find_dataset(...) is None`, reading just the id."""
-    params = {"id": dataset_id, "tenant": tenant_id}
-    return session.execute(_DATASET_EXISTS, params).first() is None
-
-
 def create_job(session: Session, tenant_id: str, body: JobCreate) -> Job:
     errors: list[FieldError] = []
     for field in ("dataset", "eval_dataset"):
         ident = getattr(body, field)
-        if ident is not None and _dataset_missing(session, tenant_id, ident):
+        if ident is not None and not dataset_exists(session, tenant_id, ident):
             errors.append(FieldError(path=f"$.{field}", message=f"no dataset '{ident}'"))
     verifiers, verifier_errors = _pin_verifiers(session, tenant_id, body.verifiers, "verifiers")
     if body.eval_verifiers is not None:

@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from service.errors import FieldError, ProblemError, invalid, not_found
@@ -73,15 +73,34 @@ def make_resolver(session: Session, tenant_id: str) -> Resolver:
     return resolve
 
 
+def _version_lookup(*columns: Any) -> tuple[Select[Any], Select[Any]]:
+    """(latest version, exact version) of a tenant's named verifier, with bound parameters."""
+    of_name = select(*columns).where(
+        VerifierVersion.tenant_id == bindparam("tenant"), VerifierVersion.name == bindparam("name")
+    )
+    latest = of_name.order_by(VerifierVersion.version.desc()).limit(1)
+    return latest, of_name.where(VerifierVersion.version == bindparam("version"))
+
+
+_ROW = _version_lookup(VerifierVersion)
+_PIN = _version_lookup(VerifierVersion.name, VerifierVersion.version, VerifierVersion.sha256)
+
+
+def _params(tenant_id: str, name: str, version: int | None) -> dict[str, Any]:
+    return {"tenant": tenant_id, "name": name, "version": version}
+
+
 def find_version(
     session: Session, tenant_id: str, name: str, version: int | None = None
 ) -> VerifierVersion | None:
-    stmt = select(VerifierVersion).where(
-        VerifierVersion.tenant_id == tenant_id, VerifierVersion.name == name
-    )
-    if version is not None:
-        return session.scalar(stmt.where(VerifierVersion.version == version))
-    return session.scalar(stmt.order_by(VerifierVersion.version.desc()).limit(1))
+    stmt = _ROW[0] if version is None else _ROW[1]
+    return session.scalar(stmt, _params(tenant_id, name, version))
+
+
+def find_pin(session: Session, tenant_id: str, name: str, version: int | None = None) -> Any:
+    """As find_version, reading just (name, version, sha256): what a job pins."""
+    stmt = _PIN[0] if version is None else _PIN[1]
+    return session.execute(stmt, _params(tenant_id, name, version)).first()
 
 
 def get_version(
