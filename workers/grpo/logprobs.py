@@ -3,7 +3,8 @@
 One forward pass over prompt + completion; only the logits that predict completion tokens are
 computed, divided by the sampling temperature (the policy that sampled is softmax(logits / T),
 so the ratio and KL use the same distribution). Llama-family models run `lean.lean_logits`
-(the same numbers with fewer ops; without gradient each distinct prompt of a group runs once);
+(the same numbers with fewer ops; each distinct prompt of a group runs once, also in the
+training forward, where autograd sums the prompt's gradient over its completions);
 any other model its own forward with `logits_to_keep`. The log-prob of the chosen token is
 gathered as logit - logsumexp, without a full log-softmax copy; the entropy (a metric only) is
 computed without gradient.
@@ -29,10 +30,7 @@ def completion_logits(
     """Logits (N, T, V) that predict each completion token."""
     width = prompt_ids.shape[1] + completion_ids.shape[1]
     if supported(model, width):
-        # Prompt sharing only without gradient (pi_ref, pi_old): in the training forward it
-        # would make the float summation order of the prompt's gradient depend on micro-batching.
-        share = not torch.is_grad_enabled()
-        return lean_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, share)
+        return lean_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
     ids = torch.cat([prompt_ids, completion_ids], 1)  # (N, P + T)
     mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)  # (N, P + T)
     positions = (mask.cumsum(1) - 1).clamp(min=0)  # (N, P + T)

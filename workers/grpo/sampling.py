@@ -122,9 +122,10 @@ class HFSampler:
 
     Llama-family models decode through `LeanDecoder` (same maths, fewer ops per token);
     `lean=False`, or any other model, uses the model's own forward. On CPU the decode loop runs
-    on `cpu_threads` intra-op threads (default 1): its ops are small, and on a shared machine a
-    second OpenMP thread that is not scheduled makes every op wait for it (measured on a loaded
-    2-core box: 5 ms/token single-threaded, 50-70 ms with 2 threads). None keeps torch's setting.
+    on `cpu_threads` intra-op threads; None (the default) keeps torch's setting, one per core.
+    On an idle 2-core machine two threads decode faster (16 x 32 tokens: 3M model 0.140 ->
+    0.107 s, 25M 1.00 -> 0.71 s); on an oversubscribed one, where a second OpenMP thread is not
+    scheduled and every op waits for it, 1 is faster.
     """
 
     def __init__(
@@ -133,7 +134,7 @@ class HFSampler:
         tokenizer: Any,
         generator: torch.Generator,
         lean: bool = True,
-        cpu_threads: int | None = 1,
+        cpu_threads: int | None = None,
     ) -> None:
         self.model, self.tokenizer, self.generator = model, tokenizer, generator
         self.lean, self.cpu_threads = lean, cpu_threads
