@@ -76,7 +76,7 @@ def report(size: str, runs: dict[str, list[dict]]) -> dict:
         w: {k: statistics.median(f[k] for f in map(figures, rs)) for k in figures(rs[0])}
         for w, rs in runs.items()
     }
-    print(f"\n== {size} ({len(runs['ours'])} runs each; medians) ==")
+    print(f"\n== {size} ({len(next(iter(runs.values())))} runs each; medians) ==")
     print(f"{'':14}{'s/step':>9}{'tok/s':>9}{'RSS MiB':>9}{'reward5':>9}")
     for w in med:
         m = med[w]

@@ -79,3 +79,41 @@ def test_eval_cadence_and_no_effect_on_training(tiny_model, digit_records, digit
     for s in (1, 2, 3):  # evaluation restores the sampler's random state
         assert evaluated.metrics[s]["loss"] == plain.metrics[s]["loss"]
         assert evaluated.metrics[s]["reward_mean"] == plain.metrics[s]["reward_mean"]
+
+
+class OffByOneScorer:
+    """A gameable verifier: an off-by-one answer key credits the digit after the one asked for.
+    The policy can collect its reward while getting every answer wrong."""
+
+    name, weight = "off_by_one", 1.0
+
+    def score(self, samples: list[dict]) -> tuple[list[float | None], list[str | None]]:
+        scores: list[float | None] = []
+        for s in samples:
+            wrong, text = str((s["digit"] + 1) % 10), s["completion"]
+            scores.append(text.count(wrong) / len(text) if text else 0.0)
+        return scores, [None] * len(samples)
+
+
+def test_a_gamed_verifier_raises_the_alarm_in_a_real_run(tiny_model, digit_scorer, tmp_path):
+    """A few steps on the digit task (held-out correctness 0.65), then training on a verifier
+    the policy games: its reward climbs while held-out correctness falls, and the trainer says so
+    with the `reward_hacking_suspected` event. Nothing here is scripted: real sampling, scoring
+    and updates on the tiny model (seeded, CPU)."""
+    records = [{"prompt": f"Digit {d}:", "digit": d} for d in (2, 5)]
+    learn = small_spec(tiny_model, steps=8, prompts_per_step=4, group_size=8, beta=0.04,
+                       max_new_tokens=8)  # fmt: skip
+    learned = train(learn, records, [digit_scorer], tmp_path / "learn", Recorder())
+    gamed = small_spec(learned.final_checkpoint, steps=12, prompts_per_step=4, group_size=8,
+                       beta=0.0, max_new_tokens=8, spec={"eval_every": 2})  # fmt: skip
+    hooks = Recorder()
+    train(gamed, records, [OffByOneScorer()], tmp_path / "gamed", hooks, eval_records=records,
+          eval_scorers=[digit_scorer])  # fmt: skip
+    train_reward = [hooks.metrics[s]["reward/off_by_one"] for s in range(1, 13)]
+    held_out = [hooks.metrics[s]["eval_reward/digit"] for s in range(2, 13, 2)]
+    assert sum(train_reward[-3:]) / 3 > sum(train_reward[:3]) / 3 + 0.2, train_reward
+    assert held_out[-1] < held_out[0] - 0.2, held_out
+    alarms = [e for e in hooks.events if e[0] == "reward_hacking_suspected"]
+    assert len(alarms) == 1, (train_reward, held_out)
+    _, message, data = alarms[0]
+    assert data["train_slope"] > 0 > data["eval_slope"] and "held-out reward fell" in message
