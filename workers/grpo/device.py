@@ -3,6 +3,13 @@
 On CUDA with bf16 support, forward passes (sampling, pi_ref / pi_old scoring, the policy's
 training forward) run under bf16 autocast while the master weights, the optimizer state and the
 loss stay fp32. On CPU (and older GPUs) forward passes run in the weights' dtype.
+
+On CPU, `use_cpu_weight_layout` stores every linear layer's weight (out, in) column-major:
+`F.linear` computes x @ W.T, and with W.T row-major the BLAS runs a plain (NN) product instead of
+one with a transposed operand, which for the few-row products of decoding is markedly faster
+(16 rows x 512 -> 1536 on one core: 365 -> 270 us; one 25M-model generation: 0.685 -> 0.626 s).
+Same values, same shapes; gradients and optimizer state follow the layout; checkpoints are
+written contiguous by `save_pretrained`.
 """
 
 from __future__ import annotations
@@ -23,3 +30,20 @@ def autocast_for(device: str | torch.device) -> Callable[[], contextlib.Abstract
     if torch.device(device).type == "cuda" and torch.cuda.is_bf16_supported():
         return partial(torch.autocast, "cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext
+
+
+def use_cpu_weight_layout(model: torch.nn.Module) -> None:
+    """Store linear weights column-major (see the module docstring); embeddings untouched."""
+    embedding = model.get_input_embeddings()
+    tied = embedding.weight if embedding is not None else None
+    with torch.no_grad():
+        for module in model.modules():
+            weight = getattr(module, "weight", None)
+            if (
+                not isinstance(module, torch.nn.Linear)
+                or weight is tied
+                or weight.device.type != "cpu"
+            ):
+                continue
+            if weight.dim() == 2 and weight.is_contiguous():
+                weight.data = weight.data.t().contiguous().t()

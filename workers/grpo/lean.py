@@ -66,7 +66,8 @@ def _linear(dtype: torch.dtype, fuse: bool, *modules: nn.Linear) -> Linear:
     zeros = [w.new_zeros(w.shape[0]) for w, _ in maps]
     bias = [z if b is None else b for (_, b), z in zip(maps, zeros, strict=True)]
     fused_bias = None if all(b is None for _, b in maps) else torch.cat(bias)
-    return [(torch.cat([w for w, _ in maps]), fused_bias)]
+    # Concatenated along the output dim with the inputs' layout kept (column-major on CPU).
+    return [(torch.cat([w.t() for w, _ in maps], 1).t(), fused_bias)]
 
 
 def _apply(x: Tensor, maps: Linear) -> Tensor:

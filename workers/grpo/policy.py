@@ -17,6 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from workers.grpo.config import TrainSpec
+from workers.grpo.device import use_cpu_weight_layout
 
 
 class ModelLoadError(RuntimeError):
@@ -39,7 +40,9 @@ def _load_base(name: str, device: str, what: str = "base_model") -> tuple[Any, A
         raise ModelLoadError(f"cannot load {what} {name!r}: {exc}") from exc
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return model.to(device), tokenizer
+    model = model.to(device)
+    use_cpu_weight_layout(model)
+    return model, tokenizer
 
 
 def _frozen(model: Any) -> Any:

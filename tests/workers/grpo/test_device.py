@@ -1,0 +1,31 @@
+"""CPU weight layout: linear weights column-major, same values, same training, plain checkpoints."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from workers.grpo.device import use_cpu_weight_layout
+
+
+def test_linear_weights_become_column_major_with_the_same_values(tiny_model, tmp_path):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    ids = torch.tensor([[1, 40, 41, 42, 43]])
+    logits_before = model(ids).logits
+    use_cpu_weight_layout(model)
+    q = model.model.layers[0].self_attn.q_proj.weight
+    assert q.stride() == (1, q.shape[0]) and not q.is_contiguous()
+    assert model.get_input_embeddings().weight.is_contiguous()  # tied to the LM head: rows kept
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    torch.testing.assert_close(model(ids).logits, logits_before, rtol=1e-5, atol=1e-5)
+    # gradients and the fused AdamW state follow the layout; checkpoints load back equal
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    model(ids).logits.logsumexp(-1).sum().backward()
+    assert q.grad.stride() == q.stride()
+    optimizer.step()
+    model.save_pretrained(tmp_path / "ckpt")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt", dtype=torch.float32)
+    for name, value in loaded.state_dict().items():
+        assert value.is_contiguous() and torch.equal(value, model.state_dict()[name]), name
