@@ -102,12 +102,14 @@ def run_ours(model_dir: str, s: Settings) -> dict:
         generation={"max_new_tokens": s.max_new_tokens},
         checkpoint_every=10**6,
     )
-    ends, tokens, rewards = [], [], []
+    ends, tokens, rewards, split = [], [], [], {"generation": [], "training": []}
 
     def on_step(step: int, m: dict[str, float]) -> None:
         ends.append(time.perf_counter())
         tokens.append(m["completion_len_mean"] * s.prompts_per_step * s.group_size)
         rewards.append(m["reward_mean"])
+        split["generation"].append(m["generation_seconds"])
+        split["training"].append(m["training_seconds"])
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as work:
@@ -119,7 +121,7 @@ def run_ours(model_dir: str, s: Settings) -> dict:
             TrainHooks(on_step=on_step),
             device=s.device,
         )
-    return _result(ends, start, tokens, rewards)
+    return _result(ends, start, tokens, rewards) | {"split": split}
 
 
 def run_trl(model_dir: str, s: Settings) -> dict:

@@ -71,6 +71,14 @@ def figures(r: dict) -> dict:
     }
 
 
+def _split(r: dict) -> str:
+    """Our step's median generation / training seconds (TRL does not report them)."""
+    if "split" not in r:
+        return ""
+    gen, train = (statistics.median(r["split"][k][1:] or r["split"][k]) for k in r["split"])
+    return f", generation {gen:.3f} s + training {train:.3f} s"
+
+
 def report(size: str, runs: dict[str, list[dict]]) -> dict:
     med = {
         w: {k: statistics.median(f[k] for f in map(figures, rs)) for k in figures(rs[0])}
@@ -137,7 +145,8 @@ def main() -> None:
                         f"  {size} rep {rep} {which:4}: {f['s_per_step']:.3f} s/step, "
                         f"{f['tok_per_s']:.1f} tok/s, {f['rss_mib']:.0f} MiB, "
                         f"reward5 {f['reward_last5']:.3f} (load {r['load']:.1f})"
-                        + (f", GPU peak {r['gpu_mib']:.0f} MiB" if r.get("gpu_mib") else ""),
+                        + (f", GPU peak {r['gpu_mib']:.0f} MiB" if r.get("gpu_mib") else "")
+                        + _split(r),
                         flush=True,
                     )
             results.append(report(size, runs))

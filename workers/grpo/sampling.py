@@ -160,8 +160,12 @@ class HFSampler:
         prompt_ids, prompt_mask = self.encode_prompts(prompts)
         prompt_ids = prompt_ids.repeat_interleave(group_size, 0).to(device)  # (N, P)
         prompt_mask = prompt_mask.repeat_interleave(group_size, 0).to(device)  # (N, P)
-        with _intra_op_threads(self.cpu_threads if device.type == "cpu" else None):
+        # inference_mode: no autograd bookkeeping per op (10-15% of a small model's decode);
+        # its tensors are cloned on the way out, as the training pass saves some for backward.
+        threads = self.cpu_threads if device.type == "cpu" else None
+        with _intra_op_threads(threads), torch.inference_mode():
             tokens, ended, stopped = self._decode(prompt_ids, prompt_mask, params)
+        tokens, ended = tokens.clone(), ended.clone()
         return self._finish(prompt_ids, prompt_mask, tokens, ended, stopped, params)
 
     def _decode(

@@ -1,7 +1,7 @@
 """GRPO steps 5-6 in micro-batches: log-probs under pi_ref / pi_old, and the policy gradient.
 
 `batch_logprobs` scores the sampled completions under a frozen policy (pi_ref, or pi_old when
-the batch is reused mu = num_iterations times), micro-batch by micro-batch, without gradient.
+the batch is reused mu = num_iterations times), micro-batch by micro-batch, in inference mode.
 `accumulate_gradients` backpropagates the clipped-surrogate + k3-KL loss (`loss.grpo_loss`,
 Shao et al., 2024, eq. 3) micro-batch by micro-batch; every micro-batch divides by the full
 batch's denominator, so the summed gradient equals the one-batch gradient exactly.
@@ -33,7 +33,6 @@ def micro_batches(n: int, size: int | None) -> list[slice]:
     return [slice(i, i + size) for i in range(0, n, size)]
 
 
-@torch.no_grad()
 def batch_logprobs(
     model: Any,
     out: Generation,
@@ -43,7 +42,7 @@ def batch_logprobs(
 ) -> Tensor:
     """Log-probs (N, T) of the completions under `model` (pi_ref or pi_old), by micro-batch."""
     chunks = []
-    with context():
+    with torch.inference_mode(), context():
         for s in micro_batches(out.completion_ids.shape[0], micro_batch_size):
             lp, _ = completion_logprobs(
                 model,
@@ -54,7 +53,8 @@ def batch_logprobs(
                 temperature,
             )
             chunks.append(lp.float())  # (n, T)
-    return torch.cat(chunks)  # (N, T)
+        logprobs = torch.cat(chunks)  # (N, T)
+    return logprobs.clone()  # a normal tensor: inference-mode ones cannot join autograd
 
 
 def accumulate_gradients(
