@@ -33,17 +33,24 @@ def autocast_for(device: str | torch.device) -> Callable[[], contextlib.Abstract
 
 
 def use_cpu_weight_layout(model: torch.nn.Module) -> None:
-    """Store linear weights column-major (see the module docstring); embeddings untouched."""
+    """Store linear weights column-major (see the module docstring); embeddings keep their rows.
+
+    Every CPU parameter is copied into memory of its own, so the mapping of the checkpoint file
+    that `from_pretrained` reads weights through is released: its pages, touched by the copies,
+    would otherwise stay in the resident set for the whole run (+94 MiB at 25M parameters).
+    """
     embedding = model.get_input_embeddings()
     tied = embedding.weight if embedding is not None else None
+    linear = {
+        id(m.weight)
+        for m in model.modules()
+        if isinstance(m, torch.nn.Linear) and m.weight is not tied and m.weight.dim() == 2
+    }
     with torch.no_grad():
-        for module in model.modules():
-            weight = getattr(module, "weight", None)
-            if (
-                not isinstance(module, torch.nn.Linear)
-                or weight is tied
-                or weight.device.type != "cpu"
-            ):
+        for param in model.parameters():
+            if param.device.type != "cpu":
                 continue
-            if weight.dim() == 2 and weight.is_contiguous():
-                weight.data = weight.data.t().contiguous().t()
+            if id(param) in linear and param.is_contiguous():
+                param.data = param.data.t().contiguous().t()
+            else:
+                param.data = param.data.clone()
