@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint bench services clean
+.PHONY: venv demo test lint bench sandbox services clean
 
 venv: $(STAMP)
 
@@ -18,8 +18,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-demo: venv
+demo: venv sandbox
 	$(BIN)/python -m service.demo
+
+sandbox:
+	bash .ci/ensure-services.sh sandbox
 
 services:
 	bash .ci/ensure-services.sh

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make sure the system packages and the local PostgreSQL and Redis that the test suite uses are
 # installed and running. Idempotent; run as root on a fresh machine (CI does).
+# `ensure-services.sh sandbox`: only bubblewrap, the python verifiers' sandbox (for `make demo`).
 set -euo pipefail
 
 apt_install() {
@@ -12,6 +13,7 @@ apt_install() {
 }
 
 command -v bwrap >/dev/null || apt_install bubblewrap || true
+[ "${1:-}" = sandbox ] && exit 0  # `make demo` needs only the verifier sandbox
 # the dashboard tests drive Debian's chromium with chromedriver (selenium)
 { command -v chromium && command -v chromedriver; } >/dev/null || apt_install chromium chromium-driver || true
 # tests/deploy runs `docker-compose config` (no Docker engine needed)

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from service.demo_task import DIGIT_VERIFIER_SOURCE, digit_records
+from workers.verifiers import sandbox_mode
 
 console = Console()
 ROOT = Path(os.environ.get("GRPO_DEMO_DIR", ".grpo/demo")).resolve()
@@ -94,6 +95,13 @@ def _follow(client: httpx.Client, job_id: str, total: int) -> dict[str, Any]:
 
 def run_demo() -> None:
     started = time.monotonic()
+    if sandbox_mode() == "unavailable":  # the demo's verifier is a python one
+        console.print(
+            "[red]python verifiers run in a bubblewrap sandbox, and bubblewrap is missing or "
+            "cannot create namespaces here:[/] run `make demo` as root (it installs it) or "
+            "`apt-get install bubblewrap`"
+        )
+        raise SystemExit(1)
     shutil.rmtree(ROOT, ignore_errors=True)
     ROOT.mkdir(parents=True)
     env = {
