@@ -32,14 +32,14 @@ _NUMERATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "token_mean": lambda v, m: (v * m).sum(),
     "constant": lambda v, m: (v * m).sum(),
 }
-_DENOMINATORS: dict[str, Callable[[Tensor, int], float]] = {
+_DENOMINATORS: dict[str, Callable[[Tensor, int], float | Tensor]] = {
     "sequence_mean": lambda m, max_new: float(m.shape[0]),
-    "token_mean": lambda m, max_new: max(m.sum().item(), 1.0),
+    "token_mean": lambda m, max_new: m.sum().clamp(min=1.0),  # stays on the device
     "constant": lambda m, max_new: float(m.shape[0] * max_new),
 }
 
 
-def loss_denominator(mask: Tensor, aggregation: str, max_new_tokens: int) -> float:
+def loss_denominator(mask: Tensor, aggregation: str, max_new_tokens: int) -> float | Tensor:
     """The batch constant the aggregation divides by; compute it over the full batch."""
     return _DENOMINATORS[aggregation](mask, max_new_tokens)
 
@@ -56,9 +56,13 @@ def grpo_loss(
     beta: float,
     aggregation: str,
     max_new_tokens: int,
-    denominator: float | None = None,
-) -> tuple[Tensor, dict[str, float]]:
-    """Loss (scalar) and stats; `denominator=None` means this batch is the whole batch."""
+    denominator: float | Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Loss (scalar) and stats; `denominator=None` means this batch is the whole batch.
+
+    The stats are detached 0-d tensors on the loss's device: reading one (`float`, `.item()`)
+    waits for the device, so the trainer reads them once, at the end of the step.
+    """
     numerator = _NUMERATORS[aggregation]
     if denominator is None:
         denominator = loss_denominator(mask, aggregation, max_new_tokens)
@@ -78,11 +82,11 @@ def grpo_loss(
     low = ((ratio < 1 - clip_epsilon) & (adv < 0)).float()  # (N, T)
     high = ((ratio > 1 + clip_epsilon_high) & (adv > 0)).float()  # (N, T)
     stats = {
-        "loss": loss.item(),
-        "policy_loss": policy_loss.item(),
-        "kl": ((kl.detach() * mask).sum() / n_tokens).item(),
-        "clip_ratio_low": ((low * mask).sum() / n_tokens).item(),
-        "clip_ratio_high": ((high * mask).sum() / n_tokens).item(),
-        "clip_ratio": (((low + high) * mask).sum() / n_tokens).item(),
+        "loss": loss.detach(),
+        "policy_loss": policy_loss.detach(),
+        "kl": (kl.detach() * mask).sum() / n_tokens,
+        "clip_ratio_low": (low * mask).sum() / n_tokens,
+        "clip_ratio_high": (high * mask).sum() / n_tokens,
+        "clip_ratio": ((low + high) * mask).sum() / n_tokens,
     }
     return loss, stats

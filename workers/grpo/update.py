@@ -66,7 +66,7 @@ def accumulate_gradients(
     ref_lp: Tensor | None,
     grpo: GRPOParams,
     gen: GenerationParams,
-    denominator: float,
+    denominator: float | Tensor,
     with_entropy: bool,
     autocast: Context = contextlib.nullcontext,
 ) -> dict[str, Any]:

@@ -247,3 +247,34 @@ def test_lora_trains_an_adapter_and_resumes(tiny_model, digit_records, digit_sco
         resume_from=full.checkpoints[0][1],
     )
     assert resumed.metrics[2]["loss"] == pytest.approx(full.metrics[2]["loss"], abs=1e-6)
+
+
+def test_the_loss_and_backward_read_nothing_back_from_the_device(tiny_model, monkeypatch):
+    """Statistics stay device tensors until the end of the step: no `.item()`, `float()`,
+    `bool()` or `.tolist()` of a tensor in the loss or the micro-batch loop (on CUDA each one
+    would make the host wait for the device)."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    spec = _spec(tiny_model, max_new_tokens=6, loss_aggregation="token_mean", beta=0.04,
+                 micro_batch_size=4)  # fmt: skip
+    g, gen = spec.grpo, spec.generation
+    out = HFSampler(model, tokenizer, torch.Generator().manual_seed(0)).generate(
+        ["Digit 3:", "Digit 7:"], 4, gen
+    )
+    ref_lp = batch_logprobs(model, out, gen.temperature, None)
+    advantages = torch.linspace(-1.0, 1.0, 8)
+
+    def host_read(*_):
+        raise AssertionError("a tensor was read back to the host inside the step")
+
+    for name in ("item", "tolist", "__float__", "__bool__", "__int__"):
+        monkeypatch.setattr(torch.Tensor, name, host_read)
+    mask = out.completion_mask
+    denominator = loss_denominator(mask, g.loss_aggregation, gen.max_new_tokens)
+    stats = accumulate_gradients(
+        model, out, mask, advantages, None, ref_lp, g, gen, denominator, True
+    )
+    monkeypatch.undo()
+    assert {"loss", "kl", "clip_ratio_low", "clip_ratio_high", "entropy"} <= set(stats)
+    assert all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in stats.values())
+    assert float(stats["entropy"]) > 0
