@@ -6,7 +6,7 @@ the batch is reused mu = num_iterations times), micro-batch by micro-batch, in i
 Shao et al., 2024, eq. 3) micro-batch by micro-batch; every micro-batch divides by the full
 batch's denominator, so the summed gradient equals the one-batch gradient exactly.
 
-Host round-trips: statistics stay tensors (or whatever `grpo_loss` returns) and are turned into
+Host round-trips: statistics stay device tensors (as `grpo_loss` returns them) and are turned into
 Python floats once, by the caller, at the end of the step.
 """
 
