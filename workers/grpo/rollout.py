@@ -60,7 +60,8 @@ def collect_rollout(
     def sample(k: int) -> tuple[list[dict], Generation, Tensor, dict[str, float]]:
         records = draw(k)
         t0 = time.perf_counter()
-        out = sampler.generate([r["prompt"] for r in records], G, gen)
+        keep = grpo.num_iterations > 1  # pi_old from the sampling pass
+        out = sampler.generate([r["prompt"] for r in records], G, gen, keep_logprobs=keep)
         t1 = time.perf_counter()
         rewards, metrics = score_completions(scorers, records, out.texts, G, on_event)  # (k*G,)
         timing["generation_seconds"] += t1 - t0
@@ -106,25 +107,17 @@ def merge_generations(
         extra = width - t.shape[1]
         return torch.nn.functional.pad(t, (extra, 0) if left else (0, extra), value=value)
 
-    picked = []
-    for part, row in rows:
-        g = parts[part]
-        picked.append(
-            (
-                pad(g.prompt_ids[row : row + 1], width_p, pad_id, True),  # (1, P)
-                pad(g.prompt_mask[row : row + 1], width_p, 0, True),  # (1, P)
-                pad(g.completion_ids[row : row + 1], width_c, pad_id, False),  # (1, T)
-                pad(g.completion_mask[row : row + 1], width_c, 0.0, False),  # (1, T)
-            )
-        )
-    prompt_ids, prompt_mask, completion_ids, completion_mask = (
-        torch.cat(column) for column in zip(*picked, strict=True)
-    )
+    def column(field: str, width: int, value: float, left: bool) -> Tensor:
+        rows_of = [pad(getattr(parts[p], field)[r : r + 1], width, value, left) for p, r in rows]
+        return torch.cat(rows_of)  # (N, width)
+
+    kept = all(p.logprobs is not None for p in parts)
     return Generation(
-        prompt_ids,
-        prompt_mask,
-        completion_ids,
-        completion_mask,
+        column("prompt_ids", width_p, pad_id, True),
+        column("prompt_mask", width_p, 0, True),
+        column("completion_ids", width_c, pad_id, False),
+        column("completion_mask", width_c, 0.0, False),
         [parts[part].texts[row] for part, row in rows],
         torch.stack([parts[part].truncated[row] for part, row in rows]),
+        column("logprobs", width_c, 0.0, False) if kept else None,
     )

@@ -6,7 +6,10 @@ Per step: logits / temperature, top-k, top-p (nucleus), one multinomial draw fro
 `torch.Generator`. A sequence ends at EOS or at a stop string; the loop stops as soon as every
 sequence has ended or `max_new_tokens` is reached. The completion mask covers the tokens up to
 and including EOS (or the token that completes a stop string); the text is cut just after the
-stop string. `Sampler` is the interface a vLLM backend would implement.
+stop string. With `keep_logprobs` the loop also keeps log pi(y_t) of every sampled token under
+softmax(logits / T) (before top-k / top-p: the policy's own distribution, as the training pass
+computes it): pi_old when a batch is reused for several updates, at no extra forward pass.
+`Sampler` is the interface a vLLM backend would implement.
 """
 
 from __future__ import annotations
@@ -36,11 +39,19 @@ class Generation:
     completion_mask: Tensor  # (N, T) float, 1 up to and including EOS / stop
     texts: list[str]  # N decoded completions, cut after a stop string
     truncated: Tensor  # (N,) bool: hit max_new_tokens without EOS or stop
+    logprobs: Tensor | None = None  # (N, T) log pi of each sampled token, 0 after the end
 
 
 class Sampler(Protocol):
+    """G completions per prompt. With `keep_logprobs`, a backend that can returns
+    `Generation.logprobs`; one that cannot leaves it None and pi_old is scored by a forward."""
+
     def generate(
-        self, prompts: list[Prompt], group_size: int, params: GenerationParams
+        self,
+        prompts: list[Prompt],
+        group_size: int,
+        params: GenerationParams,
+        keep_logprobs: bool = False,
     ) -> Generation: ...
 
 
@@ -154,7 +165,11 @@ class HFSampler:
 
     @torch.no_grad()
     def generate(
-        self, prompts: list[Prompt], group_size: int, params: GenerationParams
+        self,
+        prompts: list[Prompt],
+        group_size: int,
+        params: GenerationParams,
+        keep_logprobs: bool = False,
     ) -> Generation:
         device = self.model.device
         prompt_ids, prompt_mask = self.encode_prompts(prompts)
@@ -164,14 +179,21 @@ class HFSampler:
         # its tensors are cloned on the way out, as the training pass saves some for backward.
         threads = self.cpu_threads if device.type == "cpu" else None
         with _intra_op_threads(threads), torch.inference_mode():
-            tokens, ended, stopped = self._decode(prompt_ids, prompt_mask, params)
+            tokens, ended, stopped, logprobs = self._decode(
+                prompt_ids, prompt_mask, params, keep_logprobs
+            )
         tokens, ended = tokens.clone(), ended.clone()
-        return self._finish(prompt_ids, prompt_mask, tokens, ended, stopped, params)
+        logprobs = None if logprobs is None else logprobs.clone()
+        out = self._finish(prompt_ids, prompt_mask, tokens, ended, stopped, params)
+        if logprobs is not None:
+            out.logprobs = logprobs.masked_fill(out.completion_mask == 0, 0.0)  # (N, T)
+        return out
 
     def _decode(
-        self, prompt_ids: Tensor, prompt_mask: Tensor, params: GenerationParams
-    ) -> tuple[Tensor, Tensor, list[int | None]]:
-        """Sampled tokens (N, T), ended flags (N,), per-row length at a stop string."""
+        self, prompt_ids: Tensor, prompt_mask: Tensor, params: GenerationParams, keep: bool
+    ) -> tuple[Tensor, Tensor, list[int | None], Tensor | None]:
+        """Sampled tokens (N, T), ended flags (N,), per-row length at a stop string, and
+        with `keep` the log-probs (N, T) of the sampled tokens."""
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
         pad = eos if pad is None else pad
         n, width = prompt_ids.shape
@@ -180,23 +202,26 @@ class HFSampler:
         logits = forward.prefill(prompt_ids, prompt_mask, params.max_new_tokens)  # (N, V)
         ended = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)  # (N,)
         stop_len: list[int | None] = [None] * n
-        out = []
+        out, kept = [], []
         for t in range(params.max_new_tokens):
             logits = logits.float()  # (N, V)
             if params.temperature != 1.0:
                 logits = logits / params.temperature  # (N, V)
-            logits = filter_logits(logits, params.top_k, params.top_p)  # (N, V)
-            probs = logits.softmax(-1)  # (N, V)
+            probs = filter_logits(logits, params.top_k, params.top_p).softmax(-1)  # (N, V)
             nxt = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)  # (N,)
             nxt = nxt.masked_fill(ended, pad)  # (N,)
             out.append(nxt)
+            if keep:  # log pi(y_t) = logit - logsumexp, unfiltered
+                chosen = logits.gather(1, nxt.unsqueeze(1)).squeeze(1)  # (N,)
+                kept.append(chosen - logits.logsumexp(-1))  # (N,)
             ended |= nxt == eos
             if params.stop:
                 self._check_stops(torch.stack(out, 1), ended, stop_len, params.stop, t + 1)
             if t + 1 == params.max_new_tokens or bool(ended.all()):
                 break
             logits = forward.step(nxt)  # (N, V)
-        return torch.stack(out, 1), ended, stop_len  # (N, T)
+        logprobs = torch.stack(kept, 1) if keep else None  # (N, T)
+        return torch.stack(out, 1), ended, stop_len, logprobs  # (N, T)
 
     def _check_stops(
         self, tokens: Tensor, ended: Tensor, stop_len: list[int | None], stops: list[str], t: int

@@ -6,9 +6,10 @@ group-relative advantages -> reference log-probs (beta > 0; none computed at bet
 mu = num_iterations passes: clipped-surrogate + k3-KL loss over micro-batches with gradient
 accumulation (`update.py`), grad-norm clip, AdamW step -> lr schedule -> metrics -> held-out
 evaluation and the reward-hacking watch (`evaluation.py`) -> checkpoint.
-pi_old is the policy that sampled: scored once before the first update when mu > 1, the
-detached current policy when mu = 1. Left out: reward-model updates (the paper's iterative RL),
-multi-GPU. Same spec and seed on CPU give the same metrics step for step, also across a resume.
+pi_old is the policy that sampled: its log-probs kept by the sampler when mu > 1 (scored by one
+forward pass if the sampler cannot keep them), the detached current policy when mu = 1.
+Left out: reward-model updates (the paper's iterative RL), multi-GPU. Same spec and seed on CPU
+give the same metrics step for step, also across a resume.
 """
 
 from __future__ import annotations
@@ -154,9 +155,11 @@ def grpo_step(run: Run) -> dict[str, float]:
         ref, ref_ctx = run.policy.reference, run.policy.reference_context
         with run.autocast():
             ref_lp = batch_logprobs(ref, out, temp, mb, ref_ctx)  # (N, T)
-    if g.num_iterations > 1:
-        with run.autocast():
-            old_lp = batch_logprobs(model, out, temp, mb)  # (N, T)
+    if g.num_iterations > 1:  # pi_old: kept by the sampler, else scored once now
+        old_lp = out.logprobs
+        if old_lp is None:
+            with run.autocast():
+                old_lp = batch_logprobs(model, out, temp, mb)  # (N, T)
     # 6. mu optimisation passes over the batch, in micro-batches
     model.train()
     denominator = loss_denominator(loss_mask, g.loss_aggregation, gen.max_new_tokens)

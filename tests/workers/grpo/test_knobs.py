@@ -112,16 +112,18 @@ def test_beta_zero_skips_the_reference_and_lr_follows_the_schedule(
 
 
 def test_num_iterations_reuses_pi_old_and_ratios_move(
-    tiny_model, digit_records, digit_scorer, tmp_path, loss_calls
+    tiny_model, digit_records, digit_scorer, tmp_path, loss_calls, captured
 ):
     spec = small_spec(
         tiny_model, num_iterations=2, learning_rate=2e-2, clip_epsilon=0.02, beta=0.0,
         micro_batch_size=4, max_new_tokens=6,
     )  # fmt: skip
     hooks = Recorder()
-    train(spec, digit_records, [digit_scorer], tmp_path, hooks)
+    train(spec, digit_records, [digit_scorer], tmp_path, hooks, device="cpu")
     assert len(loss_calls) == 4  # 2 passes x 2 micro-batches
     first, second = loss_calls[:2], loss_calls[2:]
+    sampled = captured["rollouts"][0].generation.logprobs  # kept by the sampler: no forward
+    assert sampled is not None and torch.equal(torch.cat([c["old"] for c in first]), sampled)
     for a, b in zip(first, second, strict=True):
         assert torch.equal(a["old"], b["old"])  # pi_old is kept from the sampling pass
         mask = a["mask"].bool()

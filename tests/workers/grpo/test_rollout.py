@@ -16,7 +16,7 @@ PAD = 0
 class FakeSampler:
     """Prompt k of a call gets a prompt of k+1 tokens and completions of k+2 tokens."""
 
-    def generate(self, prompts, group_size, params) -> Generation:
+    def generate(self, prompts, group_size, params, keep_logprobs=False) -> Generation:
         rows = [(p, j) for p in prompts for j in range(group_size)]
         width_p, width_c = len(prompts) + 1, len(prompts) + 2
         prompt_ids = torch.full((len(rows), width_p), PAD)
@@ -35,6 +35,7 @@ class FakeSampler:
             completion_mask,
             texts,
             torch.zeros(len(rows), dtype=torch.bool),
+            -completion_mask * (1 + torch.arange(len(rows)))[:, None] if keep_logprobs else None,
         )
 
 
@@ -56,10 +57,11 @@ def _draw(names):
     return lambda k: [queue.pop(0) for _ in range(k)]
 
 
-def _rollout(names, rounds):
+def _rollout(names, rounds, num_iterations=1):
     grpo = GRPOParams(
-        prompts_per_step=3, group_size=2, skip_zero_std_groups=True, max_resample_rounds=rounds
-    )
+        prompts_per_step=3, group_size=2, skip_zero_std_groups=True, max_resample_rounds=rounds,
+        num_iterations=num_iterations,
+    )  # fmt: skip
     return collect_rollout(
         _draw(names),
         FakeSampler(),
@@ -94,6 +96,19 @@ def test_flat_groups_are_refilled_until_none_is_left():
     assert (out.prompt_ids[out.prompt_mask == 0] == PAD).all()
     assert (out.completion_ids[out.completion_mask == 0] == PAD).all()
     assert (out.prompt_mask[:, -1] == 1).all()  # left padding: prompts end at the right edge
+
+
+def test_kept_logprobs_follow_their_rows_through_the_refill():
+    """num_iterations > 1: the sampler keeps pi_old; refilled rows bring theirs along."""
+    names = ["flat-a", "spread-a", "flat-b", "flat-c", "spread-b", "spread-c"]
+    out = _rollout(names, rounds=4, num_iterations=2).generation
+    assert out.logprobs is not None and out.logprobs.shape == out.completion_mask.shape
+    assert torch.equal(out.logprobs != 0, out.completion_mask == 1)
+    # FakeSampler: row i of a call has log-prob -(i + 1); spread-a was rows 2-3 of the first
+    # call, spread-b rows 2-3 of the second, spread-c rows 0-1 of the third
+    per_row = out.logprobs.sum(1) / out.completion_mask.sum(1)
+    assert per_row.tolist() == [-3, -4, -3, -4, -1, -2]
+    assert _rollout(names, rounds=4).generation.logprobs is None  # mu = 1: none kept
 
 
 def test_the_limit_leaves_flat_groups_in_place():

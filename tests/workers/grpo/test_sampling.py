@@ -114,3 +114,22 @@ def test_chat_template_is_used_when_present(model_and_tokenizer) -> None:
     finally:
         tokenizer.chat_template = saved
     assert (text, templated) == ("<user>Hi\n<assistant>", True)
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_kept_logprobs_are_pi_old_of_the_training_pass(model_and_tokenizer, lean) -> None:
+    """With keep_logprobs the sampler returns log pi(y_t) under softmax(logits / T), before
+    top-k / top-p (the distribution the training pass scores), 0 after each completion's end."""
+    model, tokenizer = model_and_tokenizer
+    params = GenerationParams(max_new_tokens=12, temperature=0.7, top_k=20, top_p=0.9)
+    sampler = HFSampler(model, tokenizer, torch.Generator().manual_seed(3), lean=lean)
+    out = sampler.generate(PROMPTS, 4, params, keep_logprobs=True)
+    again = HFSampler(model, tokenizer, torch.Generator().manual_seed(3), lean=lean)
+    plain = again.generate(PROMPTS, 4, params)
+    assert plain.logprobs is None and torch.equal(plain.completion_ids, out.completion_ids)
+    scored, _ = completion_logprobs(
+        model, out.prompt_ids, out.prompt_mask, out.completion_ids, out.completion_mask, 0.7
+    )
+    mask = out.completion_mask.bool()
+    torch.testing.assert_close(out.logprobs[mask], scored.detach()[mask], rtol=0, atol=2e-5)
+    assert (out.logprobs[~mask] == 0).all() and (out.logprobs[mask] < 0).all()
