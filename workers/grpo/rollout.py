@@ -112,6 +112,9 @@ def merge_generations(
         return torch.cat(rows_of)  # (N, width)
 
     kept = all(p.logprobs is not None for p in parts)
+    lengths = (
+        None if any(p.lengths is None for p in parts) else [parts[p].lengths[r] for p, r in rows]
+    )
     return Generation(
         column("prompt_ids", width_p, pad_id, True),
         column("prompt_mask", width_p, 0, True),
@@ -120,4 +123,5 @@ def merge_generations(
         [parts[part].texts[row] for part, row in rows],
         torch.stack([parts[part].truncated[row] for part, row in rows]),
         column("logprobs", width_c, 0.0, False) if kept else None,
+        lengths,
     )

@@ -40,6 +40,7 @@ class Generation:
     texts: list[str]  # N decoded completions, cut after a stop string
     truncated: Tensor  # (N,) bool: hit max_new_tokens without EOS or stop
     logprobs: Tensor | None = None  # (N, T) log pi of each sampled token, 0 after the end
+    lengths: list[int] | None = None  # N completion lengths (the mask's row sums), on the host
 
 
 class Sampler(Protocol):
@@ -254,7 +255,9 @@ class HFSampler:
         tokens = tokens.masked_fill(mask == 0, pad)  # (N, T)
         texts = [self._cut(tokens[i, : lengths[i]], params.stop) for i in range(n)]
         truncated = ~ended  # (N,)
-        return Generation(prompt_ids, prompt_mask, tokens, mask, texts, truncated.cpu())
+        return Generation(
+            prompt_ids, prompt_mask, tokens, mask, texts, truncated.cpu(), lengths=lengths
+        )
 
     def _cut(self, ids: Tensor, stops: list[str]) -> str:
         text = self.tokenizer.decode(ids, skip_special_tokens=True)

@@ -27,10 +27,21 @@ from workers.grpo.sampling import Generation
 Context = Callable[[], contextlib.AbstractContextManager]
 
 
-def micro_batches(n: int, size: int | None) -> list[slice]:
-    """Slices of `size` rows (all n rows when size is None)."""
+def micro_batches(out: Generation, size: int | None) -> list[tuple[slice, slice]]:
+    """(rows, completion columns) of each micro-batch of `size` rows (all rows when None).
+
+    The columns end at the longest completion among the micro-batch's rows: a micro-batch of
+    short completions does not pay for the batch's longest one. The cut columns hold no
+    completion token, so every sum over the mask, hence the loss and its gradient, is unchanged.
+    """
+    n, width = out.completion_ids.shape
     size = size or n
-    return [slice(i, i + size) for i in range(0, n, size)]
+    windows = []
+    for start in range(0, n, size):
+        rows = slice(start, start + size)
+        longest = width if out.lengths is None else max(1, *out.lengths[rows])
+        windows.append((rows, slice(0, longest)))
+    return windows
 
 
 def batch_logprobs(
@@ -40,20 +51,20 @@ def batch_logprobs(
     micro_batch_size: int | None,
     context: Context = contextlib.nullcontext,
 ) -> Tensor:
-    """Log-probs (N, T) of the completions under `model` (pi_ref or pi_old), by micro-batch."""
-    chunks = []
+    """Log-probs (N, T) of the completions under `model` (pi_ref or pi_old), by micro-batch;
+    0 past each micro-batch's longest completion."""
     with torch.inference_mode(), context():
-        for s in micro_batches(out.completion_ids.shape[0], micro_batch_size):
+        logprobs = torch.zeros(out.completion_ids.shape, device=out.completion_ids.device)
+        for rows, cols in micro_batches(out, micro_batch_size):
             lp, _ = completion_logprobs(
                 model,
-                out.prompt_ids[s],
-                out.prompt_mask[s],
-                out.completion_ids[s],
-                out.completion_mask[s],
+                out.prompt_ids[rows],
+                out.prompt_mask[rows],
+                out.completion_ids[rows, cols],
+                out.completion_mask[rows, cols],
                 temperature,
             )
-            chunks.append(lp.float())  # (n, T)
-        logprobs = torch.cat(chunks)  # (N, T)
+            logprobs[rows, cols] = lp.float()  # (n, t)
     return logprobs.clone()  # a normal tensor: inference-mode ones cannot join autograd
 
 
@@ -79,23 +90,23 @@ def accumulate_gradients(
     total_tokens = loss_mask.sum().clamp(min=1)  # ()
     stats: dict[str, Any] = {}
     entropy_sum = torch.zeros((), device=loss_mask.device)  # ()
-    for s in micro_batches(loss_mask.shape[0], grpo.micro_batch_size):
+    for s, cols in micro_batches(out, grpo.micro_batch_size):
         with autocast():
             lp, entropy = completion_logprobs(
                 model,
                 out.prompt_ids[s],
                 out.prompt_mask[s],
-                out.completion_ids[s],
-                out.completion_mask[s],
+                out.completion_ids[s, cols],
+                out.completion_mask[s, cols],
                 gen.temperature,
                 with_entropy,
-            )  # (n, T)
+            )  # (n, t)
         loss, mb = grpo_loss(
             lp.float(),
-            None if old_lp is None else old_lp[s],
-            None if ref_lp is None else ref_lp[s],
+            None if old_lp is None else old_lp[s, cols],
+            None if ref_lp is None else ref_lp[s, cols],
             advantages[s],
-            loss_mask[s],
+            loss_mask[s, cols],
             clip_epsilon=grpo.clip_epsilon,
             clip_epsilon_high=grpo.clip_high,
             beta=grpo.beta,
@@ -104,11 +115,11 @@ def accumulate_gradients(
             denominator=denominator,
         )
         loss.backward()
-        share = loss_mask[s].sum() / total_tokens  # () token-weighted means over micro-batches
+        share = loss_mask[s, cols].sum() / total_tokens  # () token-weighted over micro-batches
         for k, v in mb.items():
             stats[k] = stats.get(k, 0.0) + (v if k in ("loss", "policy_loss") else v * share)
         if entropy is not None:
-            entropy_sum += (entropy.float() * out.completion_mask[s]).sum()  # ()
+            entropy_sum += (entropy.float() * out.completion_mask[s, cols]).sum()  # ()
     if with_entropy:
         stats["entropy"] = entropy_sum / out.completion_mask.sum().clamp(min=1)  # ()
     return stats

@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from workers.grpo import update as update_module
 from workers.grpo.config import TrainSpec
 from workers.grpo.loss import loss_denominator
 from workers.grpo.policy import ModelLoadError
@@ -193,16 +194,35 @@ def test_micro_batches_give_the_same_update(tiny_model, digit_records, digit_sco
 
 
 @pytest.mark.parametrize("aggregation", ["sequence_mean", "token_mean", "constant"])
-def test_micro_batch_gradients_equal_the_one_batch_gradient(tiny_model, aggregation):
-    """Micro-batches of 3 rows (groups split across micro-batches, prompts shared within one)
-    accumulate the same gradient as one batch, up to float summation order."""
+def test_micro_batch_gradients_equal_the_one_batch_gradient(tiny_model, aggregation, monkeypatch):
+    """Micro-batches of 3 rows (groups split across micro-batches, prompts shared within one,
+    each cut at its longest completion) accumulate the same gradient as one batch, up to float
+    summation order."""
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     spec = _spec(tiny_model, max_new_tokens=8, loss_aggregation=aggregation, beta=0.04)
     g, gen = spec.grpo, spec.generation
     sampler = HFSampler(model, tokenizer, torch.Generator().manual_seed(0))
     out = sampler.generate(["Digit 3:", "Digit 7: "], 4, gen)  # two prompt lengths
+    # completions of different lengths: the micro-batches are 3, 4 and 7 tokens wide
+    out.lengths = [3, 1, 2, 4, 2, 4, 7, 1]
+    out.completion_mask = (torch.arange(8) < torch.tensor(out.lengths)[:, None]).float()
+    out.completion_ids = out.completion_ids.masked_fill(out.completion_mask == 0, 0)
+    widths = []
+    real = update_module.completion_logprobs
+
+    def spy(model, prompt_ids, prompt_mask, completion_ids, *args):
+        widths.append(completion_ids.shape[1])
+        return real(model, prompt_ids, prompt_mask, completion_ids, *args)
+
+    monkeypatch.setattr(update_module, "completion_logprobs", spy)
     ref_lp = batch_logprobs(copy.deepcopy(model), out, gen.temperature, None)
+    assert widths == [7] and (ref_lp[:, 7:] == 0).all()  # T is 8: one column never computed
+    widths.clear()
+    chunked = batch_logprobs(copy.deepcopy(model), out, gen.temperature, 3)
+    assert widths == [3, 4, 7]
+    scored = out.completion_mask.bool()
+    torch.testing.assert_close(chunked[scored], ref_lp[scored], rtol=0, atol=1e-5)
     with torch.no_grad():  # a policy that differs from the reference: KL and ratios != 0
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 1e-2)
@@ -218,9 +238,11 @@ def test_micro_batch_gradients_equal_the_one_batch_gradient(tiny_model, aggregat
         )
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
     full, micro = grads
+    assert widths[-3:] == [3, 4, 7]
     assert any(v.abs().max() > 1e-4 for v in full.values())
     for name in full:
-        torch.testing.assert_close(micro[name], full[name], rtol=1e-4, atol=1e-7, msg=name)
+        scale = float(full[name].abs().max())  # summation order: error relative to the scale
+        torch.testing.assert_close(micro[name], full[name], rtol=1e-4, atol=1e-5 * scale)
 
 
 def test_missing_model_raises_model_load_error(digit_records, digit_scorer, tmp_path):
