@@ -4,7 +4,8 @@
 the batch is reused mu = num_iterations times), micro-batch by micro-batch, in inference mode.
 `accumulate_gradients` backpropagates the clipped-surrogate + k3-KL loss (`loss.grpo_loss`,
 Shao et al., 2024, eq. 3) micro-batch by micro-batch; every micro-batch divides by the full
-batch's denominator, so the summed gradient equals the one-batch gradient exactly.
+batch's denominator, so the summed gradient equals the one-batch gradient exactly. Each
+micro-batch runs only up to its longest completion (`micro_batches`).
 
 Host round-trips: statistics stay device tensors (as `grpo_loss` returns them) and are turned into
 Python floats once, by the caller, at the end of the step.
