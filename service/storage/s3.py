@@ -78,11 +78,11 @@ class S3Storage:
     def put_bytes(self, key: str, data: bytes) -> None:
         self.client.put_object(Bucket=self.bucket, Key=self.object_key(key), Body=data)
 
-    def _get_object(self, key: str) -> dict[str, Any]:
+    def _get_object(self, key: str, **extra: Any) -> dict[str, Any]:
         from botocore.exceptions import ClientError
 
         try:
-            return self.client.get_object(Bucket=self.bucket, Key=self.object_key(key))
+            return self.client.get_object(Bucket=self.bucket, Key=self.object_key(key), **extra)
         except ClientError as exc:
             if _is_not_found(exc):
                 raise ObjectNotFound(key) from None
@@ -97,39 +97,15 @@ class S3Storage:
 
     def open_stream(self, key: str, chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[bytes]:
         check_chunk_size(chunk_size)
-        body = self._get_object(key)["Body"]
-
-        def chunks() -> Iterator[bytes]:
-            try:
-                yield from body.iter_chunks(chunk_size)
-            finally:
-                body.close()
-
-        return chunks()
+        return _chunks(self._get_object(key)["Body"], chunk_size)
 
     def open_range(
         self, key: str, start: int, end: int, chunk_size: int = DEFAULT_CHUNK_SIZE
     ) -> Iterator[bytes]:
         """Yield bytes ``start..end`` (inclusive) of the object, in chunks."""
-        from botocore.exceptions import ClientError
-
         check_chunk_size(chunk_size)
-        try:
-            body = self.client.get_object(
-                Bucket=self.bucket, Key=self.object_key(key), Range=f"bytes={start}-{end}"
-            )["Body"]
-        except ClientError as exc:
-            if _is_not_found(exc):
-                raise ObjectNotFound(key) from None
-            raise
-
-        def chunks() -> Iterator[bytes]:
-            try:
-                yield from body.iter_chunks(chunk_size)
-            finally:
-                body.close()
-
-        return chunks()
+        body = self._get_object(key, Range=f"bytes={start}-{end}")["Body"]
+        return _chunks(body, chunk_size)
 
     def download_file(self, key: str, path: Path) -> None:
         from botocore.exceptions import ClientError
@@ -223,3 +199,11 @@ def make_s3_client(
         region_name=region,
     )
     return session.client("s3", endpoint_url=endpoint_url, config=config)
+
+
+def _chunks(body: Any, chunk_size: int) -> Iterator[bytes]:
+    """The streaming body in chunks; closed when exhausted or abandoned."""
+    try:
+        yield from body.iter_chunks(chunk_size)
+    finally:
+        body.close()
