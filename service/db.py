@@ -3,6 +3,7 @@ dependency, the worker's task wrapper), services only flush."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -40,6 +41,19 @@ def make_engine(url: str) -> Engine:
         pool_timeout=10,
         connect_args={"connect_timeout": 5} if url.startswith("postgresql") else {},
     )
+
+
+def end_idle_transactions_after(seconds: float) -> None:
+    """Have PostgreSQL end this process's later sessions that sit inside a transaction longer
+    than `seconds` (libpq reads PGOPTIONS at connect time).
+
+    For trainer processes, with their lease as the limit: a trainer frozen mid-transaction
+    (SIGSTOP, a stalled VM) would otherwise hold its job's row lock for as long as it is frozen,
+    and the reconciler, which moves the job on once the lease has expired, would wait on that
+    lock. Not for the API, whose uploads may legitimately run inside a request's transaction.
+    """
+    option = f"-c idle_in_transaction_session_timeout={max(1, int(seconds * 1000))}"
+    os.environ["PGOPTIONS"] = f"{os.environ.get('PGOPTIONS', '')} {option}".strip()
 
 
 @lru_cache

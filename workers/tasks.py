@@ -1,7 +1,9 @@
 """Celery tasks: thin adapters that pass ids and call plain functions."""
 
-from celery.signals import after_setup_logger, after_setup_task_logger
+from celery.signals import after_setup_logger, after_setup_task_logger, worker_process_init
 
+from service.db import end_idle_transactions_after
+from service.settings import get_settings
 from workers.celery_app import TRAIN_TASK, app
 from workers.observability import JsonFormatter
 
@@ -12,6 +14,12 @@ def _json_logs(logger, *_args, **_kwargs) -> None:  # type: ignore[no-untyped-de
     """Worker logs as JSON lines (job id and epoch on every line of a run)."""
     for handler in logger.handlers:
         handler.setFormatter(JsonFormatter())
+
+
+@worker_process_init.connect
+def _no_frozen_row_locks(**_kwargs: object) -> None:
+    """A trainer stuck inside a transaction longer than its lease loses the transaction."""
+    end_idle_transactions_after(get_settings().lease_seconds)
 
 
 @app.task(name=TRAIN_TASK)
