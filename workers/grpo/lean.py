@@ -4,9 +4,13 @@ The same maths as the transformers forward of these models (pre-norm decoder lay
 rotary self-attention with grouped KV heads, SwiGLU MLP; Qwen3's per-head q/k norms) with
 fewer ops and less work:
 
-- `LeanDecoder` (sampling): a static KV cache filled in place, RoPE on q and k in one go, and on
-  small models (or any GPU) q/k/v and gate/up each one fused matmul (weights concatenated once
-  per `generate` call). For small models the op count, not the FLOPs, sets the decode time.
+- `LeanDecoder` (sampling): a static KV cache filled in place, RoPE on q and k in one go, and
+  q/k/v and gate/up each one fused matmul (weights concatenated once per `generate` call; on a
+  CPU without packing, small models only). For small models the op count, not the FLOPs, sets
+  the decode time. On CPU in fp32 the decode weights are also packed once per call into
+  oneDNN's blocked layout: a few-row product then streams the weights instead of re-packing
+  them on every call (25M model, 16 rows: 17.5 -> 6.1 ms per token for all its matmuls). The
+  packed copy lives only while the batch decodes.
 - `lean_logprobs` (pi_ref and the policy's training forward): the G completions of a group share
   their prompt, so each distinct prompt runs through the layers once and the completions attend
   to its keys and values; a prompt of P tokens costs 1/G of what it costs in a padded batch.
@@ -30,7 +34,7 @@ from torch import Tensor, nn
 
 _ARCHITECTURES = {"llama", "mistral", "qwen2", "qwen3"}
 _STATIC_ROPE = {"default", "linear", "llama3", "yarn"}
-FUSE_MAX_BYTES_CPU = 32 * 2**20  # fused weight copies allowed on CPU (they count in RSS)
+FUSE_MAX_BYTES_CPU = 32 * 2**20  # unpacked fused weight copies allowed on CPU (count in RSS)
 
 Linear = list[tuple[Tensor, Tensor | None]]  # maps of the same input, outputs concatenated
 Norm = tuple[Tensor, float]  # RMSNorm weight, eps
@@ -58,22 +62,45 @@ def supported(model: Any, total_length: int) -> bool:
     return True
 
 
-def _linear(dtype: torch.dtype, fuse: bool, *modules: nn.Linear) -> Linear:
-    """Weights and biases in `dtype` (the parameters themselves when already so)."""
+def packing_available(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether decode weights can be packed for oneDNN: CPU, fp32, a torch built with oneDNN."""
+    return (
+        device.type == "cpu"
+        and dtype == torch.float32
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
+
+
+def _linear(dtype: torch.dtype, fuse: bool, pack_rows: int | None, *modules: Any) -> Linear:
+    """Weights and biases in `dtype` (the parameters themselves when already so); with
+    `pack_rows`, each weight packed for products of about that many rows."""
     maps = [(m.weight.to(dtype), None if m.bias is None else m.bias.to(dtype)) for m in modules]
-    if not fuse or len(maps) == 1:
+    if fuse and len(maps) > 1:
+        zeros = [w.new_zeros(w.shape[0]) for w, _ in maps]
+        bias = [z if b is None else b for (_, b), z in zip(maps, zeros, strict=True)]
+        fused_bias = None if all(b is None for _, b in maps) else torch.cat(bias)
+        # Concatenated along the output dim; unpacked, the inputs' layout is kept (column-major
+        # on CPU), packed it is row-major, the layout the packing reads without another copy.
+        weights = [w for w, _ in maps] if pack_rows else [w.t() for w, _ in maps]
+        fused = torch.cat(weights, 0) if pack_rows else torch.cat(weights, 1).t()
+        maps = [(fused, fused_bias)]
+    if pack_rows is None:
         return maps
-    zeros = [w.new_zeros(w.shape[0]) for w, _ in maps]
-    bias = [z if b is None else b for (_, b), z in zip(maps, zeros, strict=True)]
-    fused_bias = None if all(b is None for _, b in maps) else torch.cat(bias)
-    # Concatenated along the output dim with the inputs' layout kept (column-major on CPU).
-    return [(torch.cat([w.t() for w, _ in maps], 1).t(), fused_bias)]
+    pack = torch.ops.mkldnn._reorder_linear_weight
+    return [(pack(w.contiguous(), pack_rows), b) for w, b in maps]
+
+
+def _product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    if weight.is_mkldnn:  # packed: oneDNN's matmul on its blocked layout
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    return F.linear(x, weight, bias)
 
 
 def _apply(x: Tensor, maps: Linear) -> Tensor:
     if len(maps) == 1:
-        return F.linear(x, *maps[0])
-    return torch.cat([F.linear(x, w, b) for w, b in maps], -1)
+        return _product(x, *maps[0])
+    return torch.cat([_product(x, w, b) for w, b in maps], -1)
 
 
 def _rms(x: Tensor, norm: Norm) -> Tensor:
@@ -103,9 +130,15 @@ def _norm(module: Any) -> Norm:
 
 
 class LeanModel:
-    """The model's layers as tensors; one decoder layer in three calls: qkv, attention, mlp."""
+    """The model's layers as tensors; one decoder layer in three calls: qkv, attention, mlp.
 
-    def __init__(self, model: Any, fuse: bool, dtype: torch.dtype) -> None:
+    With `pack_rows` (inference only: packed weights have no autograd) the linear weights are
+    packed, the LM head's too when it is a plain `nn.Linear` without hooks.
+    """
+
+    def __init__(
+        self, model: Any, fuse: bool, dtype: torch.dtype, pack_rows: int | None = None
+    ) -> None:
         inner, config = model.model, model.config
         self.model, self.dtype = model, dtype
         self.heads = config.num_attention_heads
@@ -115,21 +148,24 @@ class LeanModel:
         self.final_norm = _norm(inner.norm)
         self.inv_freq = inner.rotary_emb.inv_freq.float()
         self.rope_scale = float(getattr(inner.rotary_emb, "attention_scaling", 1.0))
-        self.layers = [self._layer(layer, dtype, fuse) for layer in inner.layers]
+        self.layers = [self._layer(layer, dtype, fuse, pack_rows) for layer in inner.layers]
+        head = model.lm_head
+        plain = type(head) is nn.Linear and not (head._forward_hooks or head._forward_pre_hooks)
+        self.packed_head = _linear(dtype, False, pack_rows, head) if pack_rows and plain else None
 
     @staticmethod
-    def _layer(layer: Any, dtype: torch.dtype, fuse: bool) -> _Layer:
+    def _layer(layer: Any, dtype: torch.dtype, fuse: bool, pack_rows: int | None) -> _Layer:
         attn, mlp = layer.self_attn, layer.mlp
         q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
         return _Layer(
             norm1=_norm(layer.input_layernorm),
-            qkv=_linear(dtype, fuse, attn.q_proj, attn.k_proj, attn.v_proj),
+            qkv=_linear(dtype, fuse, pack_rows, attn.q_proj, attn.k_proj, attn.v_proj),
             q_norm=_norm(q_norm) if q_norm is not None else None,
             k_norm=_norm(k_norm) if k_norm is not None else None,
-            out=_linear(dtype, fuse, attn.o_proj),
+            out=_linear(dtype, fuse, pack_rows, attn.o_proj),
             norm2=_norm(layer.post_attention_layernorm),
-            gate_up=_linear(dtype, fuse, mlp.gate_proj, mlp.up_proj),
-            down=_linear(dtype, fuse, mlp.down_proj),
+            gate_up=_linear(dtype, fuse, pack_rows, mlp.gate_proj, mlp.up_proj),
+            down=_linear(dtype, fuse, pack_rows, mlp.down_proj),
         )
 
     def rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
@@ -167,7 +203,10 @@ class LeanModel:
         return _apply(F.silu(gate) * up, lay.down)  # (N, S, E)
 
     def head(self, x: Tensor) -> Tensor:
-        return self.model.lm_head(_rms(x, self.final_norm))  # (..., V)
+        x = _rms(x, self.final_norm)
+        if self.packed_head is not None:
+            return _apply(x, self.packed_head)  # (..., V)
+        return self.model.lm_head(x)  # (..., V)
 
 
 def _prompt_mask(attention_mask: Tensor) -> Tensor:
@@ -182,19 +221,27 @@ class LeanDecoder:
     """Prefill and one-token decode steps with a static KV cache, for one batch."""
 
     @classmethod
-    def build(cls, model: Any, total_length: int, fuse: bool | None = None) -> LeanDecoder | None:
-        return cls(model, fuse) if supported(model, total_length) else None
+    def build(cls, model: Any, total_length: int, rows: int) -> LeanDecoder | None:
+        return cls(model, rows=rows) if supported(model, total_length) else None
 
-    def __init__(self, model: Any, fuse: bool | None = None) -> None:
+    def __init__(
+        self, model: Any, fuse: bool | None = None, pack: bool | None = None, rows: int = 16
+    ) -> None:
+        """`rows`: the batch size decode steps will have (packing is tuned for it); `fuse`,
+        `pack`: None decides by device and size, as the module docstring says."""
         weight = model.model.embed_tokens.weight
-        device = weight.device.type
-        autocast = torch.is_autocast_enabled(device)  # matmuls in its dtype, weights cast once
-        dtype = torch.get_autocast_dtype(device) if autocast else weight.dtype
-        if fuse is None:  # on CPU the fused copies count against memory: small models only
+        device = weight.device
+        autocast = torch.is_autocast_enabled(device.type)  # matmuls in its dtype, weights cast once
+        dtype = torch.get_autocast_dtype(device.type) if autocast else weight.dtype
+        if pack is None:
+            pack = packing_available(device, dtype)
+        elif pack and not packing_available(device, dtype):
+            raise ValueError(f"weights cannot be packed on {device} in {dtype}")
+        if fuse is None:  # unpacked fused copies on CPU count against memory: small models only
             fused_bytes = sum(p.numel() * p.element_size() for p in model.parameters()) * 0.7
-            fuse = device != "cpu" or fused_bytes <= FUSE_MAX_BYTES_CPU
+            fuse = pack or device.type != "cpu" or fused_bytes <= FUSE_MAX_BYTES_CPU
         with torch.no_grad():
-            self.lean = LeanModel(model, fuse, dtype)
+            self.lean = LeanModel(model, fuse, dtype, pack_rows=rows if pack else None)
         self.cache: list[tuple[Tensor, Tensor]] = []  # per layer (N, Hk, L, D) keys, values
         self.key_mask = torch.zeros(0, 0, dtype=torch.bool)  # (N, L) keys one may attend to
         self.length = 0

@@ -198,7 +198,8 @@ class HFSampler:
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
         pad = eos if pad is None else pad
         n, width = prompt_ids.shape
-        lean = LeanDecoder.build(self.model, width + params.max_new_tokens) if self.lean else None
+        total = width + params.max_new_tokens
+        lean = LeanDecoder.build(self.model, total, rows=n) if self.lean else None
         forward = lean or _HFForward(self.model)
         logits = forward.prefill(prompt_ids, prompt_mask, params.max_new_tokens)  # (N, V)
         ended = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)  # (N,)

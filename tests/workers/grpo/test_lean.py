@@ -53,12 +53,16 @@ def _prompts(groups: int = 2, group: int = 3, width: int = 6):
 
 @pytest.mark.parametrize("name", list(MODELS))
 @pytest.mark.parametrize("fuse", [True, False])
-def test_decode_logits_match_the_model(name, fuse) -> None:
+@pytest.mark.parametrize("pack", [True, False])
+def test_decode_logits_match_the_model(name, fuse, pack) -> None:
     model = MODELS[name].eval()
     ids, mask = _prompts()
     steps = torch.randint(1, 64, (5, ids.shape[0]), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
-        lean, ref = LeanDecoder(model, fuse=fuse), _HFForward(model)
+        lean, ref = LeanDecoder(model, fuse=fuse, pack=pack, rows=6), _HFForward(model)
+        packed = [w.is_mkldnn for lay in lean.lean.layers for w, _ in lay.qkv + lay.down]
+        assert all(packed) if pack else not any(packed)
+        assert (lean.lean.packed_head is not None) == pack
         a, b = lean.prefill(ids, mask, 5), ref.prefill(ids, mask, 5)
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
         for tokens in steps:
@@ -104,7 +108,7 @@ def test_unsupported_models_fall_back(tiny_model) -> None:
     assert supported(model, 64)
     lora = get_peft_model(model, LoraConfig(r=2, target_modules="all-linear"))
     assert not supported(lora, 64)
-    assert LeanDecoder.build(lora, 64) is None
+    assert LeanDecoder.build(lora, 64, rows=4) is None
     windowed = Qwen2ForCausalLM(
         Qwen2Config(**SMALL, use_sliding_window=True, sliding_window=8, max_window_layers=0)
     )
