@@ -25,6 +25,7 @@ Left out: attention dropout (sampling runs in eval mode), tensor-parallel weight
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,8 @@ FUSE_MAX_BYTES_CPU = 32 * 2**20  # unpacked fused weight copies allowed on CPU (
 
 Linear = list[tuple[Tensor, Tensor | None]]  # maps of the same input, outputs concatenated
 Norm = tuple[Tensor, float]  # RMSNorm weight, eps
+# Computes (or records, or replays: replay.py) one linear map: (input, maps, layer, map name).
+Tape = Callable[[Tensor, Linear, int, str], Tensor]
 
 
 def supported(model: Any, total_length: int) -> bool:
@@ -97,7 +100,8 @@ def _product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return F.linear(x, weight, bias)
 
 
-def _apply(x: Tensor, maps: Linear) -> Tensor:
+def apply_linear(x: Tensor, maps: Linear) -> Tensor:
+    """x mapped by each (weight, bias) of `maps`, outputs concatenated along the last dim."""
     if len(maps) == 1:
         return _product(x, *maps[0])
     return torch.cat([_product(x, w, b) for w, b in maps], -1)
@@ -175,11 +179,17 @@ class LeanModel:
         cos, sin = emb.cos() * self.rope_scale, emb.sin() * self.rope_scale
         return cos.to(self.dtype).unsqueeze(1), sin.to(self.dtype).unsqueeze(1)
 
-    def qkv(self, x: Tensor, i: int, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _map(self, x: Tensor, i: int, name: str, tape: Tape | None) -> Tensor:
+        maps = getattr(self.layers[i], name)
+        return apply_linear(x, maps) if tape is None else tape(x, maps, i, name)
+
+    def qkv(
+        self, x: Tensor, i: int, cos: Tensor, sin: Tensor, tape: Tape | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Rotated queries (N, H, S, D), keys (N, Hk, S, D) and values of layer i's input x."""
         n, s, _ = x.shape
         h, hk, d, lay = self.heads, self.kv_heads, self.head_dim, self.layers[i]
-        qkv = _apply(_rms(x, lay.norm1), lay.qkv).view(n, s, h + 2 * hk, d)  # (N, S, H', D)
+        qkv = self._map(_rms(x, lay.norm1), i, "qkv", tape).view(n, s, h + 2 * hk, d)
         qkv = qkv.transpose(1, 2)  # (N, H + 2Hk, S, D)
         qk, v = qkv[:, : h + hk], qkv[:, h + hk :]  # (N, H + Hk, S, D), (N, Hk, S, D)
         if lay.q_norm is not None:
@@ -189,23 +199,25 @@ class LeanModel:
         qk = qk * cos + rotated * sin  # (N, H + Hk, S, D)
         return qk[:, :h], qk[:, h:], v
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, i: int) -> Tensor:
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, i: int, tape: Tape | None = None
+    ) -> Tensor:
         """Attention output projected back (N, S, E); mask (N, 1, S, L) True = may attend."""
         n, _, s, _ = q.shape
         o = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, enable_gqa=k.shape[1] != q.shape[1]
         )
-        return _apply(o.transpose(1, 2).reshape(n, s, -1), self.layers[i].out)  # (N, S, E)
+        return self._map(o.transpose(1, 2).reshape(n, s, -1), i, "out", tape)  # (N, S, E)
 
-    def mlp(self, x: Tensor, i: int) -> Tensor:
+    def mlp(self, x: Tensor, i: int, tape: Tape | None = None) -> Tensor:
         lay = self.layers[i]
-        gate, up = _apply(_rms(x, lay.norm2), lay.gate_up).chunk(2, -1)  # (N, S, I) x2
-        return _apply(F.silu(gate) * up, lay.down)  # (N, S, E)
+        gate, up = self._map(_rms(x, lay.norm2), i, "gate_up", tape).chunk(2, -1)  # (N, S, I)
+        return self._map(F.silu(gate) * up, i, "down", tape)  # (N, S, E)
 
     def head(self, x: Tensor) -> Tensor:
         x = _rms(x, self.final_norm)
         if self.packed_head is not None:
-            return _apply(x, self.packed_head)  # (..., V)
+            return apply_linear(x, self.packed_head)  # (..., V)
         return self.model.lm_head(x)  # (..., V)
 
 
@@ -242,21 +254,23 @@ class LeanDecoder:
             fuse = pack or device.type != "cpu" or fused_bytes <= FUSE_MAX_BYTES_CPU
         with torch.no_grad():
             self.lean = LeanModel(model, fuse, dtype, pack_rows=rows if pack else None)
+        self.tape: Tape | None = None  # the decode steps' linear maps (replay.DecodeRecord)
         self.cache: list[tuple[Tensor, Tensor]] = []  # per layer (N, Hk, L, D) keys, values
         self.key_mask = torch.zeros(0, 0, dtype=torch.bool)  # (N, L) keys one may attend to
         self.length = 0
         self.positions = torch.zeros(0, dtype=torch.long)  # (N,) position of the last token
 
-    def _forward(self, ids: Tensor, positions: Tensor, mask: Tensor) -> Tensor:
+    def _forward(self, ids: Tensor, positions: Tensor, mask: Tensor, tape: Tape | None) -> Tensor:
         """Logits (N, V) of the last position; appends the S new positions to the cache."""
         lean, start, end = self.lean, self.length, self.length + ids.shape[1]
         x = F.embedding(ids, lean.embed)  # (N, S, E)
         cos, sin = lean.rope(positions)  # (N, 1, S, D)
         for i, (keys, values) in enumerate(self.cache):
-            q, k, v = lean.qkv(x, i, cos, sin)
+            q, k, v = lean.qkv(x, i, cos, sin, tape)
             keys[:, :, start:end], values[:, :, start:end] = k, v
-            x = x + lean.attend(q, keys[:, :, :end], values[:, :, :end], mask, i)  # (N, S, E)
-            x = x + lean.mlp(x, i)  # (N, S, E)
+            o = lean.attend(q, keys[:, :, :end], values[:, :, :end], mask, i, tape)  # (N, S, E)
+            x = x + o
+            x = x + lean.mlp(x, i, tape)  # (N, S, E)
         self.length = end
         return lean.head(x[:, -1])  # (N, V)
 
@@ -273,13 +287,13 @@ class LeanDecoder:
         self.length = 0
         positions = (attention_mask.cumsum(1) - 1).clamp(min=0)  # (N, P)
         self.positions = positions[:, -1]  # (N,)
-        return self._forward(ids, positions, _prompt_mask(attention_mask))
+        return self._forward(ids, positions, _prompt_mask(attention_mask), None)
 
     def step(self, tokens: Tensor) -> Tensor:
         """Feed one token per row (N,); logits (N, V) of the next."""
         self.positions = self.positions + 1  # (N,)
         mask = self.key_mask[:, None, None, : self.length + 1]  # (N, 1, 1, L)
-        return self._forward(tokens.unsqueeze(1), self.positions.unsqueeze(1), mask)
+        return self._forward(tokens.unsqueeze(1), self.positions.unsqueeze(1), mask, self.tape)
 
 
 def lean_logits(
@@ -289,12 +303,14 @@ def lean_logits(
     completion_ids: Tensor,
     completion_mask: Tensor,
     share_prompts: bool = True,
+    tape: Tape | None = None,
 ) -> Tensor:
     """Logits (N, T, V) that predict each completion token; differentiable.
 
     With `share_prompts`, rows are grouped by equal consecutive (prompt ids, prompt mask), each
     distinct prompt runs once and its completions attend to its keys and values. The numbers
     are the same up to float summation order, which then depends on how rows are grouped.
+    `tape` maps the completion positions' linear maps (a `replay.Replay` of the decode's).
     """
     n, p = prompt_ids.shape
     t = completion_ids.shape[1] - 1  # the last token predicts nothing we score: not fed
@@ -323,11 +339,11 @@ def lean_logits(
     for i in range(len(lean.layers)):
         qp, kp, vp = lean.qkv(xp, i, p_cos, p_sin)  # (U, H|Hk, P, D)
         if t > 0:
-            qc, kc, vc = lean.qkv(xc, i, c_cos, c_sin)  # (N, H|Hk, T - 1, D)
+            qc, kc, vc = lean.qkv(xc, i, c_cos, c_sin, tape)  # (N, H|Hk, T - 1, D)
             keys = torch.cat([kp[group], kc], 2)  # (N, Hk, P + T - 1, D)
             values = torch.cat([vp[group], vc], 2)  # (N, Hk, P + T - 1, D)
-            xc = xc + lean.attend(qc, keys, values, c_mask, i)  # (N, T - 1, E)
-            xc = xc + lean.mlp(xc, i)  # (N, T - 1, E)
+            xc = xc + lean.attend(qc, keys, values, c_mask, i, tape)  # (N, T - 1, E)
+            xc = xc + lean.mlp(xc, i, tape)  # (N, T - 1, E)
         if i + 1 < len(lean.layers):  # the last layer's prompt rows feed only their last token
             xp = xp + lean.attend(qp, kp, vp, p_mask, i)  # (U, P, E)
         else:

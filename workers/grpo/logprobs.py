@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from workers.grpo.lean import lean_logits, supported
+from workers.grpo.lean import Tape, lean_logits, supported
 
 
 def completion_logits(
@@ -26,11 +26,15 @@ def completion_logits(
     prompt_mask: Tensor,
     completion_ids: Tensor,
     completion_mask: Tensor,
+    tape: Tape | None = None,
 ) -> Tensor:
-    """Logits (N, T, V) that predict each completion token."""
+    """Logits (N, T, V) that predict each completion token; `tape`: see `lean.lean_logits`
+    (a model the lean forward does not cover never gets one)."""
     width = prompt_ids.shape[1] + completion_ids.shape[1]
     if supported(model, width):
-        return lean_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+        return lean_logits(
+            model, prompt_ids, prompt_mask, completion_ids, completion_mask, True, tape
+        )
     ids = torch.cat([prompt_ids, completion_ids], 1)  # (N, P + T)
     mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)  # (N, P + T)
     positions = (mask.cumsum(1) - 1).clamp(min=0)  # (N, P + T)
@@ -47,9 +51,12 @@ def completion_logprobs(
     completion_mask: Tensor,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    tape: Tape | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs (N, T) of `completion_ids` and, if asked, the per-token entropy (N, T)."""
-    logits = completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    logits = completion_logits(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, tape
+    )
     logits = logits.float()  # (N, T, V), no copy when already fp32
     if temperature != 1.0:
         logits = logits / temperature  # (N, T, V)

@@ -56,12 +56,17 @@ def collect_rollout(
     """Draw prompts, sample G completions each, score them; refill flat groups if asked."""
     timing = {"generation_seconds": 0.0, "scoring_seconds": 0.0}
     G = grpo.group_size
+    # The decode record, replayed by the training forward, holds the whole batch's matmul
+    # outputs: kept only when that forward runs as one batch (micro-batches bound memory).
+    batch = grpo.prompts_per_step * G
+    replay = grpo.micro_batch_size is None or grpo.micro_batch_size >= batch
 
     def sample(k: int) -> tuple[list[dict], Generation, Tensor, dict[str, float]]:
         records = draw(k)
         t0 = time.perf_counter()
         keep = grpo.num_iterations > 1  # pi_old from the sampling pass
-        out = sampler.generate([r["prompt"] for r in records], G, gen, keep_logprobs=keep)
+        prompts = [r["prompt"] for r in records]
+        out = sampler.generate(prompts, G, gen, keep_logprobs=keep, keep_activations=replay)
         t1 = time.perf_counter()
         rewards, metrics = score_completions(scorers, records, out.texts, G, on_event)  # (k*G,)
         timing["generation_seconds"] += t1 - t0

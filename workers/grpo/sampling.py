@@ -9,6 +9,8 @@ and including EOS (or the token that completes a stop string); the text is cut j
 stop string. With `keep_logprobs` the loop also keeps log pi(y_t) of every sampled token under
 softmax(logits / T) (before top-k / top-p: the policy's own distribution, as the training pass
 computes it): pi_old when a batch is reused for several updates, at no extra forward pass.
+With `keep_activations` the lean decode loop records its linear maps' outputs
+(`replay.DecodeRecord`), which the on-policy training forward replays instead of recomputing.
 `Sampler` is the interface a vLLM backend would implement.
 """
 
@@ -25,6 +27,7 @@ from torch import Tensor
 
 from workers.grpo.config import GenerationParams
 from workers.grpo.lean import LeanDecoder
+from workers.grpo.replay import DecodeRecord
 
 Prompt = str | list[dict[str, str]]
 
@@ -41,11 +44,13 @@ class Generation:
     truncated: Tensor  # (N,) bool: hit max_new_tokens without EOS or stop
     logprobs: Tensor | None = None  # (N, T) log pi of each sampled token, 0 after the end
     lengths: list[int] | None = None  # N completion lengths (the mask's row sums), on the host
+    record: DecodeRecord | None = None  # the decode steps' linear outputs (keep_activations)
 
 
 class Sampler(Protocol):
     """G completions per prompt. With `keep_logprobs`, a backend that can returns
-    `Generation.logprobs`; one that cannot leaves it None and pi_old is scored by a forward."""
+    `Generation.logprobs`; one that cannot leaves it None and pi_old is scored by a forward.
+    Likewise `keep_activations` and `Generation.record` (None: the training forward computes)."""
 
     def generate(
         self,
@@ -53,6 +58,7 @@ class Sampler(Protocol):
         group_size: int,
         params: GenerationParams,
         keep_logprobs: bool = False,
+        keep_activations: bool = False,
     ) -> Generation: ...
 
 
@@ -171,6 +177,7 @@ class HFSampler:
         group_size: int,
         params: GenerationParams,
         keep_logprobs: bool = False,
+        keep_activations: bool = False,
     ) -> Generation:
         device = self.model.device
         prompt_ids, prompt_mask = self.encode_prompts(prompts)
@@ -180,27 +187,37 @@ class HFSampler:
         # its tensors are cloned on the way out, as the training pass saves some for backward.
         threads = self.cpu_threads if device.type == "cpu" else None
         with _intra_op_threads(threads), torch.inference_mode():
-            tokens, ended, stopped, logprobs = self._decode(
-                prompt_ids, prompt_mask, params, keep_logprobs
+            tokens, ended, stopped, logprobs, record = self._decode(
+                prompt_ids, prompt_mask, params, keep_logprobs, keep_activations
             )
         tokens, ended = tokens.clone(), ended.clone()
         logprobs = None if logprobs is None else logprobs.clone()
         out = self._finish(prompt_ids, prompt_mask, tokens, ended, stopped, params)
         if logprobs is not None:
             out.logprobs = logprobs.masked_fill(out.completion_mask == 0, 0.0)  # (N, T)
+        out.record = record
         return out
 
     def _decode(
-        self, prompt_ids: Tensor, prompt_mask: Tensor, params: GenerationParams, keep: bool
-    ) -> tuple[Tensor, Tensor, list[int | None], Tensor | None]:
-        """Sampled tokens (N, T), ended flags (N,), per-row length at a stop string, and
-        with `keep` the log-probs (N, T) of the sampled tokens."""
+        self,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        params: GenerationParams,
+        keep: bool,
+        keep_activations: bool,
+    ) -> tuple[Tensor, Tensor, list[int | None], Tensor | None, DecodeRecord | None]:
+        """Sampled tokens (N, T), ended flags (N,), per-row length at a stop string, with
+        `keep` the log-probs (N, T) of the sampled tokens, with `keep_activations` (lean
+        decoder only) the record of the decode steps."""
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
         pad = eos if pad is None else pad
         n, width = prompt_ids.shape
         total = width + params.max_new_tokens
         lean = LeanDecoder.build(self.model, total, rows=n) if self.lean else None
         forward = lean or _HFForward(self.model)
+        record = None
+        if lean is not None and keep_activations:
+            record = lean.tape = DecodeRecord(self.model, n, params.max_new_tokens)
         logits = forward.prefill(prompt_ids, prompt_mask, params.max_new_tokens)  # (N, V)
         ended = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)  # (N,)
         stop_len: list[int | None] = [None] * n
@@ -221,9 +238,11 @@ class HFSampler:
                 self._check_stops(torch.stack(out, 1), ended, stop_len, params.stop, t + 1)
             if t + 1 == params.max_new_tokens or bool(ended.all()):
                 break
+            if record is not None:
+                record.column = t  # this step feeds completion token t
             logits = forward.step(nxt)  # (N, V)
         logprobs = torch.stack(kept, 1) if keep else None  # (N, T)
-        return torch.stack(out, 1), ended, stop_len, logprobs  # (N, T)
+        return torch.stack(out, 1), ended, stop_len, logprobs, record  # (N, T)
 
     def _check_stops(
         self, tokens: Tensor, ended: Tensor, stop_len: list[int | None], stops: list[str], t: int

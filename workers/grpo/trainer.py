@@ -151,7 +151,10 @@ def grpo_step(run: Run) -> dict[str, float]:
     # 5. pi_ref for the KL (skipped at beta = 0) and pi_old when the batch is reused mu times
     temp, mb = gen.temperature, g.micro_batch_size
     ref_lp = old_lp = None
-    if g.beta > 0:
+    # Before the first update the policy is pi_ref (a copy; LoRA: B = 0): KL 0, gradient 0.
+    # Not scored then: a KL of two forwards that differ by float rounding (the replayed one,
+    # say) has a gradient of rounding noise, which Adam's first step would scale up to lr.
+    if g.beta > 0 and run.optimizer.state:
         ref, ref_ctx = run.policy.reference, run.policy.reference_context
         with run.autocast():
             ref_lp = batch_logprobs(ref, out, temp, mb, ref_ctx)  # (N, T)
@@ -168,8 +171,9 @@ def grpo_step(run: Run) -> dict[str, float]:
     for i in range(g.num_iterations):
         stats = accumulate_gradients(
             model, out, loss_mask, advantages, old_lp, ref_lp, g, gen, denominator, i == 0,
-            run.autocast,
+            run.autocast, out.record if i == 0 else None,
         )  # fmt: skip
+        out.record = None  # used up (its memory goes)
         stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(run.params, g.max_grad_norm)
         run.optimizer.step()
         run.optimizer.zero_grad(set_to_none=True)

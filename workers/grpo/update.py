@@ -5,7 +5,8 @@ the batch is reused mu = num_iterations times), micro-batch by micro-batch, in i
 `accumulate_gradients` backpropagates the clipped-surrogate + k3-KL loss (`loss.grpo_loss`,
 Shao et al., 2024, eq. 3) micro-batch by micro-batch; every micro-batch divides by the full
 batch's denominator, so the summed gradient equals the one-batch gradient exactly. Each
-micro-batch runs only up to its longest completion (`micro_batches`).
+micro-batch runs only up to its longest completion (`micro_batches`). Given the decode loop's
+record of the same weights, the training forward replays its matmuls (`replay.py`).
 
 Host round-trips: statistics stay device tensors (as `grpo_loss` returns them) and are turned into
 Python floats once, by the caller, at the end of the step.
@@ -23,6 +24,7 @@ from torch import Tensor
 from workers.grpo.config import GenerationParams, GRPOParams
 from workers.grpo.logprobs import completion_logprobs
 from workers.grpo.loss import grpo_loss
+from workers.grpo.replay import DecodeRecord, Replay
 from workers.grpo.sampling import Generation
 
 Context = Callable[[], contextlib.AbstractContextManager]
@@ -81,17 +83,23 @@ def accumulate_gradients(
     denominator: float | Tensor,
     with_entropy: bool,
     autocast: Context = contextlib.nullcontext,
+    record: DecodeRecord | None = None,
 ) -> dict[str, Any]:
     """Backward the loss micro-batch by micro-batch; returns token-weighted batch statistics.
 
     `loss_mask` (N, T) selects the tokens that carry loss (the completion mask, less truncated
     completions when `mask_truncated_completions`); the forward pass attends to every completion
-    token through `out.completion_mask`.
+    token through `out.completion_mask`. `record`: the decode loop's, replayed when `model`
+    made it with its present weights (it is used up).
     """
     total_tokens = loss_mask.sum().clamp(min=1)  # ()
     stats: dict[str, Any] = {}
     entropy_sum = torch.zeros((), device=loss_mask.device)  # ()
-    for s, cols in micro_batches(out, grpo.micro_batch_size):
+    windows = micro_batches(out, grpo.micro_batch_size)
+    replay = record is not None and record.usable_by(model)
+    for k, (s, cols) in enumerate(windows):
+        last = k + 1 == len(windows)
+        tape = Replay(record, s, cols.stop - 1, release=last) if replay else None
         with autocast():
             lp, entropy = completion_logprobs(
                 model,
@@ -101,6 +109,7 @@ def accumulate_gradients(
                 out.completion_mask[s, cols],
                 gen.temperature,
                 with_entropy,
+                tape,
             )  # (n, t)
         loss, mb = grpo_loss(
             lp.float(),

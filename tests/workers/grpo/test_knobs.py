@@ -107,8 +107,14 @@ def test_beta_zero_skips_the_reference_and_lr_follows_the_schedule(
     assert lrs == pytest.approx([0.5, 1.0, 1.0, 0.5])  # warm-up, then cosine to 0 at the end
 
     forwards.clear()
-    train(small_spec(tiny_model, beta=0.04), digit_records, [digit_scorer], tmp_path, Recorder())
-    assert len(forwards) == 2  # beta > 0: reference forward + policy forward
+    hooks = Recorder()
+    train(
+        small_spec(tiny_model, beta=0.04, steps=2), digit_records, [digit_scorer], tmp_path, hooks
+    )
+    # beta > 0: step 1 the policy is still pi_ref (KL 0, no reference forward); step 2 reference
+    # forward + policy forward, and a KL that is not 0
+    assert len(forwards) == 3
+    assert hooks.metrics[1]["kl"] == 0 and hooks.metrics[2]["kl"] > 0
 
 
 def test_num_iterations_reuses_pi_old_and_ratios_move(

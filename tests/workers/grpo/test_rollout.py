@@ -16,7 +16,9 @@ PAD = 0
 class FakeSampler:
     """Prompt k of a call gets a prompt of k+1 tokens and completions of k+2 tokens."""
 
-    def generate(self, prompts, group_size, params, keep_logprobs=False) -> Generation:
+    def generate(
+        self, prompts, group_size, params, keep_logprobs=False, keep_activations=False
+    ) -> Generation:
         rows = [(p, j) for p in prompts for j in range(group_size)]
         width_p, width_c = len(prompts) + 1, len(prompts) + 2
         prompt_ids = torch.full((len(rows), width_p), PAD)

@@ -1,0 +1,157 @@
+"""The training forward replays the decode loop's matmuls (`workers.grpo.replay`).
+
+The replayed forward must give the fresh forward's log-probs and gradients (Llama with MHA,
+Qwen2 with GQA and q/k/v biases, Qwen3 with q/k norms; CPU weight layout as the trainer uses),
+must really skip the completion positions' matmuls, and must be refused once the weights have
+changed. In a training run, replay changes the metrics by float rounding only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from workers.grpo import replay, trainer
+from workers.grpo.config import GenerationParams, TrainSpec
+from workers.grpo.device import use_cpu_weight_layout
+from workers.grpo.logprobs import completion_logprobs
+from workers.grpo.replay import Replay
+from workers.grpo.sampling import HFSampler
+
+PROMPTS = ["Digit 7:", "Say a digit, any one"]
+
+
+def _model(name: str, vocab: int, eos: int):
+    torch.manual_seed(0)
+    small = dict(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=128,
+        eos_token_id=eos,
+    )
+    model = {
+        "llama": lambda: LlamaForCausalLM(LlamaConfig(**small, num_key_value_heads=4)),
+        "qwen2": lambda: Qwen2ForCausalLM(Qwen2Config(**small, num_key_value_heads=2)),
+        "qwen3": lambda: Qwen3ForCausalLM(Qwen3Config(**small, num_key_value_heads=2, head_dim=16)),
+    }[name]()
+    use_cpu_weight_layout(model)
+    return model
+
+
+def _sample(model, tokenizer, temperature: float = 1.0):
+    sampler = HFSampler(model, tokenizer, torch.Generator().manual_seed(0))
+    # stop strings: rows end at different steps and are fed pads from then on
+    params = GenerationParams(max_new_tokens=10, temperature=temperature, stop=list("abcdefgh"))
+    return sampler.generate(PROMPTS, 4, params, keep_activations=True)
+
+
+def _logprobs_and_grads(model, out, tape, temperature: float):
+    model.zero_grad(set_to_none=True)
+    t = out.completion_ids.shape[1]
+    with FlopCounterMode(display=False) as flops:
+        lp, _ = completion_logprobs(
+            model,
+            out.prompt_ids,
+            out.prompt_mask,
+            out.completion_ids,
+            out.completion_mask,
+            temperature,
+            tape=tape,
+        )
+    weights = torch.linspace(-1, 1, lp.numel()).view_as(lp) * out.completion_mask
+    (lp * weights).sum().backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters()}
+    assert lp.shape[1] == t
+    return lp.detach(), grads, flops.get_total_flops()
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3"])
+def test_replayed_forward_gives_the_fresh_forward(tiny_model: Path, name: str) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = _model(name, len(tokenizer), tokenizer.eos_token_id)
+    out = _sample(model, tokenizer, temperature=0.7)
+    assert out.record is not None and out.record.usable_by(model)
+    t = out.completion_ids.shape[1]
+    lengths = out.completion_mask.sum(1)
+    assert t > 2 and lengths.min() < lengths.max()  # rows ended at different steps
+
+    fresh, fresh_grads, fresh_flops = _logprobs_and_grads(model, out, None, 0.7)
+    tape = Replay(out.record, slice(None), t - 1, release=True)
+    replayed, replayed_grads, replayed_flops = _logprobs_and_grads(model, out, tape, 0.7)
+
+    valid = out.completion_mask.bool()
+    torch.testing.assert_close(replayed[valid], fresh[valid], atol=1e-5, rtol=0)
+    for k, g in fresh_grads.items():
+        torch.testing.assert_close(replayed_grads[k], g, atol=1e-5, rtol=1e-4, msg=k)
+        assert replayed_grads[k].stride() == model.get_parameter(k).stride()
+    # the completion positions' matmuls were not run again: only prompts and the LM head were
+    assert replayed_flops < 0.5 * fresh_flops
+    assert out.record.outputs == {}  # released as the forward consumed it
+
+
+def test_replay_is_refused_when_the_weights_changed(tiny_model: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    other = AutoModelForCausalLM.from_pretrained(tiny_model)
+    out = _sample(model, tokenizer)
+    assert out.record.usable_by(model) and not out.record.usable_by(other)
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight.add_(0.0)  # an optimizer step does this
+    assert not out.record.usable_by(model)
+    with pytest.raises(ValueError, match="positions asked"):
+        Replay(out.record, slice(None), out.completion_ids.shape[1] + 1, release=False)
+
+
+def test_a_training_run_with_replay_matches_one_without(tiny_model: Path, tmp_path: Path) -> None:
+    """Same seed, replay on and off (refused via its guard): the same metrics up to rounding."""
+
+    class Digit:
+        name, weight = "digit", 1.0
+
+        def score(self, samples):
+            return [s["completion"].count("7") / 8 for s in samples], [None] * len(samples)
+
+    spec = TrainSpec(
+        base_model=str(tiny_model),
+        grpo={"steps": 3, "prompts_per_step": 2, "group_size": 4, "beta": 0.04, "seed": 3},
+        generation={"max_new_tokens": 8},
+        checkpoint_every=10**6,
+    )
+    records = [{"prompt": f"Digit {d}:"} for d in range(8)]
+
+    def run(allow: bool, directory: Path) -> list[dict]:
+        steps, replays = [], []
+        usable = replay.DecodeRecord.usable_by
+
+        def guarded(self, model):
+            replays.append(allow and usable(self, model))
+            return replays[-1]
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(replay.DecodeRecord, "usable_by", guarded)
+            hooks = trainer.TrainHooks(on_step=lambda _s, m: steps.append(m))
+            trainer.train(spec, records, [Digit()], directory, hooks)
+        assert replays == [allow] * 3
+        return steps
+
+    with_replay, without = run(True, tmp_path / "a"), run(False, tmp_path / "b")
+    for a, b in zip(with_replay, without, strict=True):
+        assert a["reward_mean"] == b["reward_mean"]  # same completions: same seeds, same weights
+        for key in ("loss", "kl", "grad_norm", "entropy"):
+            assert a[key] == pytest.approx(b[key], rel=1e-3, abs=1e-6), key

@@ -1,0 +1,101 @@
+"""The sampling pass's matmul outputs, replayed in the training forward (num_iterations = 1).
+
+On-policy, the training forward of a step computes, token by token, what the decode loop has
+just computed with the same weights: every linear map of every completion token it fed. The
+decode loop records those outputs (`DecodeRecord`); the training forward then takes them as the
+outputs of its linear maps (`Replay`) instead of multiplying again, and autograd runs as usual:
+each replayed map's backward is the linear map's own (grad_input = grad_output W,
+grad_W = grad_output^T input), with the input the training forward recomputed (norms, RoPE,
+attention, SwiGLU: the cheap element-wise part). The matmuls of the forward are a third of the
+training pass's FLOPs; the numbers differ from a fresh forward by float summation order only.
+
+Guards: a record is used once, by the policy that decoded it, with unchanged weights (parameter
+version counters), on the rows and columns the decode loop fed. The LM head and the prompt
+positions (one row per distinct prompt in the training forward) are computed, not replayed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from workers.grpo.lean import Linear, apply_linear
+
+
+def weight_versions(model: Any) -> list[int]:
+    """The version counters of the model's parameters (an in-place update bumps them)."""
+    return [p._version for p in model.parameters()]
+
+
+class DecodeRecord:
+    """Outputs (N, T, out) of every linear map at every decode step, per (layer, map name).
+
+    Column j holds the step that fed completion token j (the training forward's position j);
+    the sampler sets `column` before each step. A `lean.Tape` of the decode steps.
+    """
+
+    def __init__(self, model: Any, rows: int, max_new_tokens: int) -> None:
+        self.model, self.versions = model, weight_versions(model)
+        self.rows, self.width, self.column = rows, max_new_tokens, -1
+        self.outputs: dict[tuple[int, str], Tensor] = {}
+
+    def __call__(self, x: Tensor, maps: Linear, layer: int, name: str) -> Tensor:
+        """The map's output (N, 1, out) for the step's input x (N, 1, in), kept."""
+        y = apply_linear(x, maps)
+        buffer = self.outputs.get((layer, name))
+        if buffer is None:
+            with torch.inference_mode(False):  # a normal tensor: the training pass reads it
+                buffer = y.new_empty((self.rows, self.width, y.shape[-1]))
+            self.outputs[layer, name] = buffer
+        buffer[:, self.column : self.column + 1] = y
+        return y
+
+    def usable_by(self, model: Any) -> bool:
+        return model is self.model and weight_versions(model) == self.versions
+
+
+class Replay:
+    """The recorded outputs of rows `rows`, positions [0, t), for one training forward.
+
+    With `release` (the record's last use) each (layer, map) is dropped once handed out, so
+    that the record's memory goes as the forward consumes it."""
+
+    def __init__(self, record: DecodeRecord, rows: slice, t: int, release: bool) -> None:
+        if t > record.column + 1:
+            raise ValueError(f"{t} positions asked, {record.column + 1} recorded")
+        self.record, self.rows, self.t, self.release = record, rows, t, release
+
+    def __call__(self, x: Tensor, maps: Linear, layer: int, name: str) -> Tensor:
+        outputs = self.record.outputs
+        recorded = outputs.pop((layer, name)) if self.release else outputs[layer, name]
+        saved = recorded[self.rows, : self.t]  # (n, t, out)
+        params = [p for pair in maps for p in pair]
+        return _ReplayedLinear.apply(x, saved, *params)
+
+
+class _ReplayedLinear(torch.autograd.Function):
+    """y = concat_i(x W_i^T + b_i), with y given; the backward of those linear maps."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, saved: Tensor, *params: Tensor | None) -> Tensor:
+        ctx.save_for_backward(x, *params)
+        return saved.to(x.dtype, copy=True)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        x, *params = ctx.saved_tensors
+        g = grad.reshape(-1, grad.shape[-1])  # (M, out)
+        x2 = x.reshape(-1, x.shape[-1])  # (M, in)
+        grad_x, grads, start = None, [], 0
+        for weight, bias in zip(params[::2], params[1::2], strict=True):
+            g_i = g[:, start : start + weight.shape[0]]  # (M, out_i)
+            start += weight.shape[0]
+            gx = g_i @ weight.to(g.dtype)  # (M, in)
+            grad_x = gx if grad_x is None else grad_x + gx
+            # in the weight's own layout (column-major weights on CPU), as F.linear's backward
+            gw = (x2.t() @ g_i).t() if weight.stride(0) == 1 else g_i.t() @ x2  # (out_i, in)
+            grads += [gw.to(weight.dtype), None if bias is None else g_i.sum(0).to(bias.dtype)]
+        needs = ctx.needs_input_grad
+        return (grad_x.view_as(x) if needs[0] else None), None, *grads
