@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from workers.grpo.config import TrainSpec
 from workers.grpo.device import use_cpu_weight_layout
+from workers.grpo.lean import supported
 
 
 class ModelLoadError(RuntimeError):
@@ -32,7 +33,7 @@ class Policy:
     reference_context: Callable[[], contextlib.AbstractContextManager]  # e.g. adapter disabled
 
 
-def _load_base(name: str, device: str, what: str = "base_model") -> tuple[Any, Any]:
+def _load_base(name: str, device: str, lora: bool, what: str = "base_model") -> tuple[Any, Any]:
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
@@ -41,7 +42,8 @@ def _load_base(name: str, device: str, what: str = "base_model") -> tuple[Any, A
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = model.to(device)
-    use_cpu_weight_layout(model)
+    # column-major only where decoding goes through the model's own forward (device.py)
+    use_cpu_weight_layout(model, column_major=lora or not supported(model, 0))
     return model, tokenizer
 
 
@@ -54,7 +56,7 @@ def _frozen(model: Any) -> Any:
 
 def load_policy(spec: TrainSpec, device: str, resume_from: Path | None = None) -> Policy:
     """The policy to train (from `resume_from` when given) and its reference."""
-    base, tokenizer = _load_base(spec.base_model, device)
+    base, tokenizer = _load_base(spec.base_model, device, spec.lora is not None)
     need_ref = spec.grpo.beta > 0
     if spec.lora is not None:
         from peft import LoraConfig, PeftModel, get_peft_model
@@ -75,5 +77,5 @@ def load_policy(spec: TrainSpec, device: str, resume_from: Path | None = None) -
     ref = (base if resume_from is not None else copy.deepcopy(base)) if need_ref else None
     model = base
     if resume_from is not None:
-        model, _ = _load_base(str(resume_from), device, "checkpoint")
+        model, _ = _load_base(str(resume_from), device, False, "checkpoint")
     return Policy(model, tokenizer, ref and _frozen(ref), contextlib.nullcontext)

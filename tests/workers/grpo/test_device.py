@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM
 
+from tests.workers.grpo.helpers import small_spec
 from workers.grpo.device import use_cpu_weight_layout
+from workers.grpo.policy import load_policy
 
 
 def test_linear_weights_become_column_major_with_the_same_values(tiny_model, tmp_path):
@@ -29,3 +31,13 @@ def test_linear_weights_become_column_major_with_the_same_values(tiny_model, tmp
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt", dtype=torch.float32)
     for name, value in loaded.state_dict().items():
         assert value.is_contiguous() and torch.equal(value, model.state_dict()[name]), name
+
+
+def test_the_policy_is_column_major_only_where_it_decodes_through_its_own_forward(tiny_model):
+    full = load_policy(small_spec(tiny_model), "cpu")  # the lean decoder packs its weights
+    for m in (full.model, full.reference):
+        q = m.model.layers[0].self_attn.q_proj.weight
+        assert q.is_contiguous()
+    lora = load_policy(small_spec(tiny_model, spec={"lora": {"r": 2}}), "cpu")  # peft: HF forward
+    q = lora.model.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight
+    assert q.stride() == (1, q.shape[0])

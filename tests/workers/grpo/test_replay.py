@@ -34,7 +34,7 @@ from workers.grpo.sampling import HFSampler
 PROMPTS = ["Digit 7:", "Say a digit, any one"]
 
 
-def _model(name: str, vocab: int, eos: int):
+def _model(name: str, vocab: int, eos: int, column_major: bool):
     torch.manual_seed(0)
     small = dict(
         vocab_size=vocab,
@@ -50,7 +50,7 @@ def _model(name: str, vocab: int, eos: int):
         "qwen2": lambda: Qwen2ForCausalLM(Qwen2Config(**small, num_key_value_heads=2)),
         "qwen3": lambda: Qwen3ForCausalLM(Qwen3Config(**small, num_key_value_heads=2, head_dim=16)),
     }[name]()
-    use_cpu_weight_layout(model)
+    use_cpu_weight_layout(model, column_major)
     return model
 
 
@@ -82,9 +82,12 @@ def _logprobs_and_grads(model, out, tape, temperature: float):
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3"])
-def test_replayed_forward_gives_the_fresh_forward(tiny_model: Path, name: str) -> None:
+@pytest.mark.parametrize("column_major", [True, False])
+def test_replayed_forward_gives_the_fresh_forward(
+    tiny_model: Path, name: str, column_major: bool
+) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    model = _model(name, len(tokenizer), tokenizer.eos_token_id)
+    model = _model(name, len(tokenizer), tokenizer.eos_token_id, column_major)
     out = _sample(model, tokenizer, temperature=0.7)
     assert out.record is not None and out.record.usable_by(model)
     t = out.completion_ids.shape[1]
