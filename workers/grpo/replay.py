@@ -81,21 +81,22 @@ class _ReplayedLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, saved: Tensor, *params: Tensor | None) -> Tensor:
         ctx.save_for_backward(x, *params)
-        return saved.to(x.dtype, copy=True)
+        return saved.clone()  # in the maps' dtype (bf16 under CUDA autocast), as F.linear's
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         x, *params = ctx.saved_tensors
-        g = grad.reshape(-1, grad.shape[-1])  # (M, out)
-        x2 = x.reshape(-1, x.shape[-1])  # (M, in)
+        dtype = params[0].dtype  # products in the maps' dtype, as autocast's linear backward
+        g = grad.reshape(-1, grad.shape[-1]).to(dtype)  # (M, out)
+        x2 = x.reshape(-1, x.shape[-1]).to(dtype)  # (M, in)
         grad_x, grads, start = None, [], 0
         for weight, bias in zip(params[::2], params[1::2], strict=True):
             g_i = g[:, start : start + weight.shape[0]]  # (M, out_i)
             start += weight.shape[0]
-            gx = g_i @ weight.to(g.dtype)  # (M, in)
+            gx = g_i @ weight  # (M, in)
             grad_x = gx if grad_x is None else grad_x + gx
             # in the weight's own layout (column-major weights on CPU), as F.linear's backward
             gw = (x2.t() @ g_i).t() if weight.stride(0) == 1 else g_i.t() @ x2  # (out_i, in)
-            grads += [gw.to(weight.dtype), None if bias is None else g_i.sum(0).to(bias.dtype)]
+            grads += [gw, None if bias is None else g_i.sum(0)]
         needs = ctx.needs_input_grad
-        return (grad_x.view_as(x) if needs[0] else None), None, *grads
+        return (grad_x.view_as(x).to(x.dtype) if needs[0] else None), None, *grads

@@ -158,3 +158,23 @@ def test_a_training_run_with_replay_matches_one_without(tiny_model: Path, tmp_pa
         assert a["reward_mean"] == b["reward_mean"]  # same completions: same seeds, same weights
         for key in ("loss", "kl", "grad_norm", "entropy"):
             assert a[key] == pytest.approx(b[key], rel=1e-3, abs=1e-6), key
+
+
+def test_replay_under_bf16_autocast_keeps_the_autocast_dtype(tiny_model: Path) -> None:
+    """As on CUDA: decode and training forward under bf16 autocast (here the CPU's)."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = _model("qwen2", len(tokenizer), tokenizer.eos_token_id, column_major=False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = _sample(model, tokenizer)
+        record = out.record
+        assert all(v.dtype == torch.bfloat16 for v in record.outputs.values())
+        t = out.completion_ids.shape[1]
+        fresh, fresh_grads, _ = _logprobs_and_grads(model, out, None, 1.0)
+        tape = Replay(record, slice(None), t - 1, release=True)
+        replayed, replayed_grads, _ = _logprobs_and_grads(model, out, tape, 1.0)
+    valid = out.completion_mask.bool()
+    torch.testing.assert_close(replayed[valid], fresh[valid], atol=5e-2, rtol=0)
+    for k, g in fresh_grads.items():
+        assert replayed_grads[k].dtype == torch.float32  # the fp32 master weights' gradient
+        cosine = torch.nn.functional.cosine_similarity(replayed_grads[k].flatten(), g.flatten(), 0)
+        assert cosine > 0.99, k
