@@ -113,3 +113,19 @@ def test_unsupported_models_fall_back(tiny_model) -> None:
         Qwen2Config(**SMALL, use_sliding_window=True, sliding_window=8, max_window_layers=0)
     )
     assert supported(windowed, 8) and not supported(windowed, 9)
+
+
+def test_scoring_in_inference_mode_runs_onednn_with_the_same_numbers() -> None:
+    """pi_ref / pi_old scoring (inference mode) multiplies through oneDNN on CPU in fp32."""
+    from torch.profiler import profile
+
+    model = MODELS["qwen2"].eval()
+    ids, mask = _prompts()
+    completion = torch.randint(1, 64, (ids.shape[0], 5), generator=torch.Generator().manual_seed(5))
+    cmask = torch.ones_like(completion, dtype=torch.float)
+    with torch.no_grad():
+        plain = lean_logits(model, ids, mask, completion, cmask)
+    with torch.inference_mode(), profile() as prof:
+        scored = lean_logits(model, ids, mask, completion, cmask)
+    assert any(e.key == "mkldnn::_linear_pointwise" for e in prof.key_averages())
+    torch.testing.assert_close(scored, plain, atol=1e-5, rtol=0)
