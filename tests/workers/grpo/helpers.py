@@ -3,9 +3,40 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from workers.grpo.config import TrainSpec
 from workers.grpo.trainer import TrainHooks
+
+SMALL_LM = dict(
+    vocab_size=64,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=128,
+)
+LLAMA_FAMILY = ("llama", "qwen2", "qwen3")
+
+
+def small_lm(name: str, **config: Any) -> Any:
+    """A small random model of the lean forward's families: Llama (MHA), Qwen2 (GQA, q/k/v
+    biases), Qwen3 (GQA, per-head q/k norms); `config` overrides `SMALL_LM`."""
+    c = SMALL_LM | config
+    if name == "llama":
+        return LlamaForCausalLM(LlamaConfig(**c, num_key_value_heads=4))
+    if name == "qwen2":
+        return Qwen2ForCausalLM(Qwen2Config(**c, num_key_value_heads=2))
+    return Qwen3ForCausalLM(Qwen3Config(**c, num_key_value_heads=2, head_dim=16))
 
 
 def small_spec(

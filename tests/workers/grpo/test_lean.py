@@ -9,37 +9,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import (
-    AutoModelForCausalLM,
-    LlamaConfig,
-    LlamaForCausalLM,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-    Qwen3Config,
-    Qwen3ForCausalLM,
-)
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from tests.workers.grpo.helpers import LLAMA_FAMILY, SMALL_LM, small_lm
 from workers.grpo.lean import LeanDecoder, lean_logits, supported
 from workers.grpo.sampling import _HFForward
-
-SMALL = dict(
-    vocab_size=64,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    max_position_embeddings=128,
-)
 
 
 def _models():
     torch.manual_seed(0)
-    yield "llama", LlamaForCausalLM(LlamaConfig(**SMALL, num_key_value_heads=4))
-    yield "qwen2", Qwen2ForCausalLM(Qwen2Config(**SMALL, num_key_value_heads=2))
-    yield "qwen3", Qwen3ForCausalLM(Qwen3Config(**SMALL, num_key_value_heads=2, head_dim=16))
+    return {name: small_lm(name) for name in LLAMA_FAMILY}
 
 
-MODELS = dict(_models())
+MODELS = _models()
 
 
 def _prompts(groups: int = 2, group: int = 3, width: int = 6):
@@ -110,7 +92,7 @@ def test_unsupported_models_fall_back(tiny_model) -> None:
     assert not supported(lora, 64)
     assert LeanDecoder.build(lora, 64, rows=4) is None
     windowed = Qwen2ForCausalLM(
-        Qwen2Config(**SMALL, use_sliding_window=True, sliding_window=8, max_window_layers=0)
+        Qwen2Config(**SMALL_LM, use_sliding_window=True, sliding_window=8, max_window_layers=0)
     )
     assert supported(windowed, 8) and not supported(windowed, 9)
 

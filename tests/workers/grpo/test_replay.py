@@ -13,17 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    LlamaConfig,
-    LlamaForCausalLM,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-    Qwen3Config,
-    Qwen3ForCausalLM,
-)
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from tests.workers.grpo.helpers import LLAMA_FAMILY, small_lm
 from workers.grpo import replay, trainer
 from workers.grpo.config import GenerationParams, TrainSpec
 from workers.grpo.device import use_cpu_weight_layout
@@ -36,20 +28,7 @@ PROMPTS = ["Digit 7:", "Say a digit, any one"]
 
 def _model(name: str, vocab: int, eos: int, column_major: bool):
     torch.manual_seed(0)
-    small = dict(
-        vocab_size=vocab,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=128,
-        eos_token_id=eos,
-    )
-    model = {
-        "llama": lambda: LlamaForCausalLM(LlamaConfig(**small, num_key_value_heads=4)),
-        "qwen2": lambda: Qwen2ForCausalLM(Qwen2Config(**small, num_key_value_heads=2)),
-        "qwen3": lambda: Qwen3ForCausalLM(Qwen3Config(**small, num_key_value_heads=2, head_dim=16)),
-    }[name]()
+    model = small_lm(name, vocab_size=vocab, eos_token_id=eos)
     use_cpu_weight_layout(model, column_major)
     return model
 
@@ -81,7 +60,7 @@ def _logprobs_and_grads(model, out, tape, temperature: float):
     return lp.detach(), grads, flops.get_total_flops()
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("name", LLAMA_FAMILY)
 @pytest.mark.parametrize("column_major", [True, False])
 def test_replayed_forward_gives_the_fresh_forward(
     tiny_model: Path, name: str, column_major: bool
