@@ -217,7 +217,7 @@ class HFSampler:
         forward = lean or _HFForward(self.model)
         record = None
         if lean is not None and keep_activations:
-            record = lean.tape = DecodeRecord(self.model, n, params.max_new_tokens)
+            record = lean.tape = DecodeRecord(self.model)
         logits = forward.prefill(prompt_ids, prompt_mask, params.max_new_tokens)  # (N, V)
         ended = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)  # (N,)
         stop_len: list[int | None] = [None] * n

@@ -146,7 +146,7 @@ def test_replay_under_bf16_autocast_keeps_the_autocast_dtype(tiny_model: Path) -
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = _sample(model, tokenizer)
         record = out.record
-        assert all(v.dtype == torch.bfloat16 for v in record.outputs.values())
+        assert all(y.dtype == torch.bfloat16 for ys in record.outputs.values() for y in ys)
         t = out.completion_ids.shape[1]
         fresh, fresh_grads, _ = _logprobs_and_grads(model, out, None, 1.0)
         tape = Replay(record, slice(None), t - 1, release=True)
