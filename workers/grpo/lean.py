@@ -269,15 +269,19 @@ class LeanDecoder:
             self.lean = LeanModel(model, fuse, dtype, pack_rows=rows if pack else None)
         self.tape: Tape | None = None  # the decode steps' linear maps (replay.DecodeRecord)
         self.cache: list[tuple[Tensor, Tensor]] = []  # per layer (N, Hk, L, D) keys, values
-        self.key_mask = torch.zeros(0, 0, dtype=torch.bool)  # (N, L) keys one may attend to
+        self.key_bias = torch.zeros(0, 0)  # (N, L) 0 on keys one may attend to, else -inf
+        self.rope_table = (torch.zeros(0, 0), torch.zeros(0, 0))  # cos, sin (L, D) by position
         self.length = 0
         self.positions = torch.zeros(0, dtype=torch.long)  # (N,) position of the last token
 
-    def _forward(self, ids: Tensor, positions: Tensor, mask: Tensor, tape: Tape | None) -> Tensor:
-        """Logits (N, V) of the last position; appends the S new positions to the cache."""
+    def _forward(
+        self, ids: Tensor, rope: tuple[Tensor, Tensor], mask: Tensor, tape: Tape | None
+    ) -> Tensor:
+        """Logits (N, V) of the last position; appends the S new positions to the cache.
+        `rope`: cos, sin (N, 1, S, D) of the new positions."""
         lean, start, end = self.lean, self.length, self.length + ids.shape[1]
         x = F.embedding(ids, lean.embed)  # (N, S, E)
-        cos, sin = lean.rope(positions)  # (N, 1, S, D)
+        cos, sin = rope
         for i, (keys, values) in enumerate(self.cache):
             q, k, v = lean.qkv(x, i, cos, sin, tape)
             keys[:, :, start:end], values[:, :, start:end] = k, v
@@ -295,18 +299,25 @@ class LeanDecoder:
             ids.new_zeros(shape, dtype=self.lean.dtype) for _ in range(2 * len(self.lean.layers))
         ]
         self.cache = list(zip(new[::2], new[1::2], strict=True))
-        self.key_mask = torch.ones(n, p + max_new_tokens, dtype=torch.bool, device=ids.device)
-        self.key_mask[:, :p] = attention_mask.bool()
+        # Per step, few ops: an additive key mask (0 or -inf) and RoPE looked up from a table.
+        self.key_bias = torch.zeros(n, p + max_new_tokens, dtype=self.lean.dtype, device=ids.device)
+        self.key_bias[:, :p].masked_fill_(attention_mask == 0, float("-inf"))
+        table = torch.arange(p + max_new_tokens, device=ids.device).unsqueeze(0)  # (1, L)
+        cos, sin = self.lean.rope(table)  # (1, 1, L, D)
+        self.rope_table = cos[0, 0], sin[0, 0]  # (L, D)
         self.length = 0
         positions = (attention_mask.cumsum(1) - 1).clamp(min=0)  # (N, P)
         self.positions = positions[:, -1]  # (N,)
-        return self._forward(ids, positions, _prompt_mask(attention_mask), None)
+        rope = self.lean.rope(positions)  # (N, 1, P, D)
+        return self._forward(ids, rope, _prompt_mask(attention_mask), None)
 
     def step(self, tokens: Tensor) -> Tensor:
         """Feed one token per row (N,); logits (N, V) of the next."""
         self.positions = self.positions + 1  # (N,)
-        mask = self.key_mask[:, None, None, : self.length + 1]  # (N, 1, 1, L)
-        return self._forward(tokens.unsqueeze(1), self.positions.unsqueeze(1), mask, self.tape)
+        n, d = tokens.shape[0], self.lean.head_dim
+        cos, sin = (t[self.positions].view(n, 1, 1, d) for t in self.rope_table)  # (N, 1, 1, D)
+        mask = self.key_bias[:, None, None, : self.length + 1]  # (N, 1, 1, L)
+        return self._forward(tokens.unsqueeze(1), (cos, sin), mask, self.tape)
 
 
 def lean_logits(
