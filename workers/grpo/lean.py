@@ -66,14 +66,14 @@ def supported(model: Any, total_length: int) -> bool:
     return True
 
 
-def packing_available(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether decode weights can be packed for oneDNN: CPU, fp32, a torch built with oneDNN."""
-    return (
-        device.type == "cpu"
-        and dtype == torch.float32
-        and torch.backends.mkldnn.is_available()
-        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    )
+def onednn_matmul(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether oneDNN's matmul (packed or plain weights) serves: CPU, fp32, torch built with it."""
+    return device.type == "cpu" and dtype == torch.float32 and _built_with_onednn()
+
+
+@functools.cache
+def _built_with_onednn() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
 def _linear(dtype: torch.dtype, fuse: bool, pack_rows: int | None, *modules: Any) -> Linear:
@@ -99,18 +99,10 @@ def _product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     # Packed weights: oneDNN's matmul on its blocked layout. Without autograd (pi_ref / pi_old
     # scoring) oneDNN's matmul on the plain weight too: on these CPUs it runs products of a few
     # hundred rows at ~205 GFLOP/s where the BLAS behind F.linear runs ~165.
-    if weight.is_mkldnn or (torch.is_inference_mode_enabled() and _onednn_dense(weight)):
+    plain = torch.is_inference_mode_enabled() and onednn_matmul(weight.device, weight.dtype)
+    if weight.is_mkldnn or plain:
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
     return F.linear(x, weight, bias)
-
-
-def _onednn_dense(weight: Tensor) -> bool:
-    return weight.dtype == torch.float32 and weight.device.type == "cpu" and _has_onednn()
-
-
-@functools.cache
-def _has_onednn() -> bool:
-    return packing_available(torch.device("cpu"), torch.float32)
 
 
 def apply_linear(x: Tensor, maps: Linear) -> Tensor:
@@ -259,8 +251,8 @@ class LeanDecoder:
         autocast = torch.is_autocast_enabled(device.type)  # matmuls in its dtype, weights cast once
         dtype = torch.get_autocast_dtype(device.type) if autocast else weight.dtype
         if pack is None:
-            pack = packing_available(device, dtype)
-        elif pack and not packing_available(device, dtype):
+            pack = onednn_matmul(device, dtype)
+        elif pack and not onednn_matmul(device, dtype):
             raise ValueError(f"weights cannot be packed on {device} in {dtype}")
         if fuse is None:  # unpacked fused copies on CPU count against memory: small models only
             fused_bytes = sum(p.numel() * p.element_size() for p in model.parameters()) * 0.7
