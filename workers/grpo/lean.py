@@ -112,6 +112,36 @@ def apply_linear(x: Tensor, maps: Linear) -> Tensor:
     return torch.cat([_product(x, w, b) for w, b in maps], -1)
 
 
+def _rotate_half(x: Tensor, sign: float) -> Tensor:
+    """(-x2, x1) for sign 1, its transpose (x2, -x1) for sign -1; x = (x1, x2) on the last dim."""
+    half = x.shape[-1] // 2
+    if sign > 0:
+        return torch.cat((-x[..., half:], x[..., :half]), -1)
+    return torch.cat((x[..., half:], -x[..., :half]), -1)
+
+
+class _Rotate(torch.autograd.Function):
+    """RoPE, x cos + rotate_half(x) sin, with its backward written out: g cos +
+    rotate_half^T(g sin) (autograd's own would zero-fill a full-size grad per half slice)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        ctx.save_for_backward(cos, sin)
+        return torch.addcmul(x * cos, _rotate_half(x, 1.0), sin)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        cos, sin = ctx.saved_tensors
+        return torch.add(grad * cos, _rotate_half(grad * sin, -1.0)), None, None
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary embedding of x (N, H, S, D) by cos, sin (broadcasting to it; no grad)."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _Rotate.apply(x, cos, sin)
+    return torch.addcmul(x * cos, _rotate_half(x, 1.0), sin)
+
+
 def _rms(x: Tensor, norm: Norm) -> Tensor:
     """HF's RMSNorm: normalise in fp32, cast back, scale (one fused op for fp32 inputs)."""
     weight, eps = norm
@@ -195,14 +225,14 @@ class LeanModel:
         n, s, _ = x.shape
         h, hk, d, lay = self.heads, self.kv_heads, self.head_dim, self.layers[i]
         qkv = self._map(_rms(x, lay.norm1), i, "qkv", tape).view(n, s, h + 2 * hk, d)
-        qkv = qkv.transpose(1, 2)  # (N, H + 2Hk, S, D)
-        qk, v = qkv[:, : h + hk], qkv[:, h + hk :]  # (N, H + Hk, S, D), (N, Hk, S, D)
+        # split, not slices: its backward joins the three grads in one copy, where slices'
+        # backward zero-fills the whole (N, S, H + 2Hk, D) grad and copies each part in
+        qk, v = qkv.split([h + hk, hk], 2)  # (N, S, H + Hk, D), (N, S, Hk, D)
         if lay.q_norm is not None:
-            qk = torch.cat((_rms(qk[:, :h], lay.q_norm), _rms(qk[:, h:], lay.k_norm)), 1)
-        half = d // 2
-        rotated = torch.cat((-qk[..., half:], qk[..., :half]), -1)  # (N, H + Hk, S, D)
-        qk = qk * cos + rotated * sin  # (N, H + Hk, S, D)
-        return qk[:, :h], qk[:, h:], v
+            q, k = qk.split([h, hk], 2)
+            qk = torch.cat((_rms(q, lay.q_norm), _rms(k, lay.k_norm)), 2)
+        qk = rotate(qk.transpose(1, 2), cos, sin)  # (N, H + Hk, S, D)
+        return qk[:, :h], qk[:, h:], v.transpose(1, 2)
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, i: int, tape: Tape | None = None
@@ -312,6 +342,23 @@ class LeanDecoder:
         return self._forward(tokens.unsqueeze(1), (cos, sin), mask, self.tape)
 
 
+def _after_prompts(prompt: Tensor, completion: Tensor, group: Tensor) -> Tensor:
+    """(N, Hk, P + T, D): row r's prompt keys (row group[r] of `prompt`), then its own.
+
+    Groups of equal size (GRPO's G completions a prompt) join through an expanded view: its
+    backward sums over the group, where indexing's scatters each row's grad back."""
+    u, n = prompt.shape[0], completion.shape[0]
+    size = n // u
+    if n != u * size or not torch.equal(
+        group, torch.arange(u, device=group.device).repeat_interleave(size)
+    ):
+        return torch.cat([prompt[group], completion], 2)
+    _, hk, p, d = prompt.shape
+    expanded = prompt.unsqueeze(1).expand(u, size, hk, p, d)  # (U, G, Hk, P, D), no copy
+    rows = completion.view(u, size, hk, -1, d)  # (U, G, Hk, T, D)
+    return torch.cat([expanded, rows], 3).view(n, hk, -1, d)  # (N, Hk, P + T, D)
+
+
 def lean_logits(
     model: Any,
     prompt_ids: Tensor,
@@ -356,8 +403,7 @@ def lean_logits(
         qp, kp, vp = lean.qkv(xp, i, p_cos, p_sin)  # (U, H|Hk, P, D)
         if t > 0:
             qc, kc, vc = lean.qkv(xc, i, c_cos, c_sin, tape)  # (N, H|Hk, T - 1, D)
-            keys = torch.cat([kp[group], kc], 2)  # (N, Hk, P + T - 1, D)
-            values = torch.cat([vp[group], vc], 2)  # (N, Hk, P + T - 1, D)
+            keys, values = _after_prompts(kp, kc, group), _after_prompts(vp, vc, group)
             xc = xc + lean.attend(qc, keys, values, c_mask, i, tape)  # (N, T - 1, E)
             xc = xc + lean.mlp(xc, i, tape)  # (N, T - 1, E)
         if i + 1 < len(lean.layers):  # the last layer's prompt rows feed only their last token

@@ -24,13 +24,15 @@ def _models():
 MODELS = _models()
 
 
-def _prompts(groups: int = 2, group: int = 3, width: int = 6):
+def _prompts(sizes: tuple[int, ...] = (3, 3), width: int = 6):
+    """Left-padded prompts (N, P), each repeated `sizes[i]` times (its group)."""
     gen = torch.Generator().manual_seed(1)
-    ids = torch.randint(1, 64, (groups, width), generator=gen)  # (B, P)
+    ids = torch.randint(1, 64, (len(sizes), width), generator=gen)  # (B, P)
     mask = torch.ones_like(ids)
     mask[1, :2] = 0  # the second prompt is left-padded
     ids = ids.masked_fill(mask == 0, 0)
-    return ids.repeat_interleave(group, 0), mask.repeat_interleave(group, 0)  # (N, P)
+    repeats = torch.tensor(sizes)
+    return ids.repeat_interleave(repeats, 0), mask.repeat_interleave(repeats, 0)  # (N, P)
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -52,10 +54,11 @@ def test_decode_logits_match_the_model(name, fuse, pack) -> None:
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-@pytest.mark.parametrize("share", [True, False])
-def test_scoring_logits_and_gradient_match_the_model(name, share) -> None:
+@pytest.mark.parametrize(("share", "sizes"), [(True, (3, 3)), (False, (3, 3)), (True, (4, 2))])
+def test_scoring_logits_and_gradient_match_the_model(name, share, sizes) -> None:
+    """Groups of equal size share their prompt through an expanded view, others by index."""
     model = MODELS[name].train()
-    ids, mask = _prompts()
+    ids, mask = _prompts(sizes)
     n, t = ids.shape[0], 7
     completion = torch.randint(1, 64, (n, t), generator=torch.Generator().manual_seed(3))
     lengths = torch.tensor([7, 3, 1, 7, 5, 2])
