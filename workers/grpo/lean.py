@@ -142,11 +142,25 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return torch.addcmul(x * cos, _rotate_half(x, 1.0), sin)
 
 
+@functools.cache
+def _scalar_cached(value: float, device: torch.device) -> Tensor:
+    with torch.inference_mode(False):  # a normal tensor: autograd may see it
+        return torch.tensor(value, device=device)
+
+
+def _scalar(value: float, like: Tensor) -> Tensor:
+    """A 0-d fp32 tensor of `value` on like's device, made once."""
+    return _scalar_cached(value, like.device)
+
+
 def _rms(x: Tensor, norm: Norm) -> Tensor:
-    """HF's RMSNorm: normalise in fp32, cast back, scale (one fused op for fp32 inputs)."""
+    """HF's RMSNorm: normalise in fp32, cast back, scale."""
     weight, eps = norm
     if x.dtype == torch.float32 and weight.dtype == torch.float32:
-        return F.rms_norm(x, weight.shape, weight, eps)
+        # Five ops where F.rms_norm runs eight on CPU (decode steps pay per op, not per byte)
+        squares = torch.linalg.vecdot(x, x).unsqueeze(-1)  # (..., 1) sum of x^2
+        inverse = torch.add(_scalar(eps, x), squares, alpha=1.0 / x.shape[-1]).rsqrt()
+        return x * inverse * weight
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
     return weight * h.to(x.dtype)
