@@ -11,11 +11,8 @@ fewer ops and less work:
   oneDNN's blocked layout: a few-row product then streams the weights instead of re-packing
   them on every call (25M model, 16 rows: 17.5 -> 6.1 ms per token for all its matmuls). The
   packed copy lives only while the batch decodes.
-- `lean_logprobs` (pi_ref and the policy's training forward): the G completions of a group share
-  their prompt, so each distinct prompt runs through the layers once and the completions attend
-  to its keys and values; a prompt of P tokens costs 1/G of what it costs in a padded batch.
-  It runs on the model's own parameters, so autograd gives the exact gradient (the prompt's
-  share summed over its group).
+- `LeanModel` (also for `lean_forward.lean_logits`, pi_ref / pi_old scoring and the training
+  forward): the layers' weights as tensors and one decoder layer in three calls.
 
 `supported(model, total_length)` is False for anything else (peft-wrapped models, other
 architectures, dynamic RoPE, a sliding window shorter than the sequence); callers then use the
@@ -252,11 +249,7 @@ class LeanModel:
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, i: int, tape: Tape | None = None
     ) -> Tensor:
         """Attention output projected back (N, S, E); mask (N, 1, S, L) True = may attend."""
-        n, _, s, _ = q.shape
-        o = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, enable_gqa=k.shape[1] != q.shape[1]
-        )
-        return self._map(o.transpose(1, 2).reshape(n, s, -1), i, "out", tape)  # (N, S, E)
+        return self._map(attention(q, k, v, mask), i, "out", tape)  # (N, S, E)
 
     def mlp(self, x: Tensor, i: int, tape: Tape | None = None) -> Tensor:
         lay = self.layers[i]
@@ -270,7 +263,15 @@ class LeanModel:
         return self.model.lm_head(x)  # (..., V)
 
 
-def _prompt_mask(attention_mask: Tensor) -> Tensor:
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """Heads joined (N, S, H * D) of q (N, H, S, D) attending to k, v (N, Hk, L, D); mask
+    (N, 1, S, L): True (or 0) = may attend."""
+    n, _, s, _ = q.shape
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=k.shape[1] != q.shape[1])
+    return o.transpose(1, 2).reshape(n, s, -1)
+
+
+def prompt_mask_4d(attention_mask: Tensor) -> Tensor:
     """(N, 1, P, P) causal attention over left-padded prompts; a pad row sees itself (no NaN)."""
     p = attention_mask.shape[1]
     causal = torch.ones(p, p, dtype=torch.bool, device=attention_mask.device).tril()  # (P, P)
@@ -345,7 +346,7 @@ class LeanDecoder:
         positions = (attention_mask.cumsum(1) - 1).clamp(min=0)  # (N, P)
         self.positions = positions[:, -1]  # (N,)
         rope = self.lean.rope(positions)  # (N, 1, P, D)
-        return self._forward(ids, rope, _prompt_mask(attention_mask), None)
+        return self._forward(ids, rope, prompt_mask_4d(attention_mask), None)
 
     def step(self, tokens: Tensor) -> Tensor:
         """Feed one token per row (N,); logits (N, V) of the next."""
@@ -354,77 +355,3 @@ class LeanDecoder:
         cos, sin = (t[self.positions].view(n, 1, 1, d) for t in self.rope_table)  # (N, 1, 1, D)
         mask = self.key_bias[:, None, None, : self.length + 1]  # (N, 1, 1, L)
         return self._forward(tokens.unsqueeze(1), (cos, sin), mask, self.tape)
-
-
-def _after_prompts(prompt: Tensor, completion: Tensor, group: Tensor) -> Tensor:
-    """(N, Hk, P + T, D): row r's prompt keys (row group[r] of `prompt`), then its own.
-
-    Groups of equal size (GRPO's G completions a prompt) join through an expanded view: its
-    backward sums over the group, where indexing's scatters each row's grad back."""
-    u, n = prompt.shape[0], completion.shape[0]
-    size = n // u
-    if n != u * size or not torch.equal(
-        group, torch.arange(u, device=group.device).repeat_interleave(size)
-    ):
-        return torch.cat([prompt[group], completion], 2)
-    _, hk, p, d = prompt.shape
-    expanded = prompt.unsqueeze(1).expand(u, size, hk, p, d)  # (U, G, Hk, P, D), no copy
-    rows = completion.view(u, size, hk, -1, d)  # (U, G, Hk, T, D)
-    return torch.cat([expanded, rows], 3).view(n, hk, -1, d)  # (N, Hk, P + T, D)
-
-
-def lean_logits(
-    model: Any,
-    prompt_ids: Tensor,
-    prompt_mask: Tensor,
-    completion_ids: Tensor,
-    completion_mask: Tensor,
-    share_prompts: bool = True,
-    tape: Tape | None = None,
-) -> Tensor:
-    """Logits (N, T, V) that predict each completion token; differentiable.
-
-    With `share_prompts`, rows are grouped by equal consecutive (prompt ids, prompt mask), each
-    distinct prompt runs once and its completions attend to its keys and values. The numbers
-    are the same up to float summation order, which then depends on how rows are grouped.
-    `tape` maps the completion positions' linear maps (a `replay.Replay` of the decode's).
-    """
-    n, p = prompt_ids.shape
-    t = completion_ids.shape[1] - 1  # the last token predicts nothing we score: not fed
-    device = prompt_ids.device
-    weight = model.model.embed_tokens.weight
-    autocast = torch.is_autocast_enabled(device.type)
-    dtype = torch.get_autocast_dtype(device.type) if autocast else weight.dtype
-    lean = LeanModel(model, fuse=False, dtype=dtype)
-    rows = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], 1)  # (N, 2P)
-    if share_prompts:
-        unique, group = torch.unique_consecutive(rows, dim=0, return_inverse=True)  # (U, 2P), (N,)
-    else:
-        unique, group = rows, torch.arange(n, device=device)  # (N, 2P), (N,)
-    u_ids, u_mask = unique[:, :p], unique[:, p:]  # (U, P)
-    u_pos = (u_mask.cumsum(1) - 1).clamp(min=0)  # (U, P)
-    c_pos = u_mask.sum(1)[group].unsqueeze(1) + torch.arange(t, device=device)  # (N, T - 1)
-    p_cos, p_sin = lean.rope(u_pos)  # (U, 1, P, D)
-    c_cos, c_sin = lean.rope(c_pos)  # (N, 1, T - 1, D)
-    p_mask = _prompt_mask(u_mask)  # (U, 1, P, P)
-    causal = torch.ones(t, t, dtype=torch.bool, device=device).tril()  # (T - 1, T - 1)
-    c_mask = torch.cat(  # (N, 1, T - 1, P + T - 1): the prompt's real tokens, then causal
-        [u_mask.bool()[group][:, None, None, :].expand(n, 1, t, p), causal.expand(n, 1, t, t)], -1
-    )
-    xp = F.embedding(u_ids, lean.embed)  # (U, P, E)
-    xc = F.embedding(completion_ids[:, :t], lean.embed)  # (N, T - 1, E)
-    for i in range(len(lean.layers)):
-        qp, kp, vp = lean.qkv(xp, i, p_cos, p_sin)  # (U, H|Hk, P, D)
-        if t > 0:
-            qc, kc, vc = lean.qkv(xc, i, c_cos, c_sin, tape)  # (N, H|Hk, T - 1, D)
-            keys, values = _after_prompts(kp, kc, group), _after_prompts(vp, vc, group)
-            xc = xc + lean.attend(qc, keys, values, c_mask, i, tape)  # (N, T - 1, E)
-            xc = xc + lean.mlp(xc, i, tape)  # (N, T - 1, E)
-        if i + 1 < len(lean.layers):  # the last layer's prompt rows feed only their last token
-            xp = xp + lean.attend(qp, kp, vp, p_mask, i)  # (U, P, E)
-        else:
-            xp = xp[:, -1:] + lean.attend(qp[:, :, -1:], kp, vp, p_mask[:, :, -1:], i)  # (U, 1, E)
-        xp = xp + lean.mlp(xp, i)  # (U, P | 1, E)
-    hidden = torch.cat([xp[group, -1:], xc], 1)  # (N, T, E): positions P-1 .. P+T-2
-    del completion_mask  # completion keys are causal; pads after EOS only see earlier tokens
-    return lean.head(hidden)  # (N, T, V)

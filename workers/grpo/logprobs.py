@@ -2,7 +2,7 @@
 
 One forward pass over prompt + completion; only the logits that predict completion tokens are
 computed, divided by the sampling temperature (the policy that sampled is softmax(logits / T),
-so the ratio and KL use the same distribution). Llama-family models run `lean.lean_logits`
+so the ratio and KL use the same distribution). Llama-family models run `lean_forward.lean_logits`
 (the same numbers with fewer ops; each distinct prompt of a group runs once, also in the
 training forward, where autograd sums the prompt's gradient over its completions);
 any other model its own forward with `logits_to_keep`. The log-prob of the chosen token is
@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from workers.grpo.lean import Tape, lean_logits, supported
+from workers.grpo.lean import Tape, supported
+from workers.grpo.lean_forward import lean_logits
 
 
 def completion_logits(
@@ -28,7 +29,7 @@ def completion_logits(
     completion_mask: Tensor,
     tape: Tape | None = None,
 ) -> Tensor:
-    """Logits (N, T, V) that predict each completion token; `tape`: see `lean.lean_logits`
+    """Logits (N, T, V) that predict each completion token; `tape`: see `lean_forward.lean_logits`
     (a model the lean forward does not cover never gets one)."""
     width = prompt_ids.shape[1] + completion_ids.shape[1]
     if supported(model, width):

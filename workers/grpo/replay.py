@@ -68,9 +68,19 @@ class Replay:
         self.record, self.rows, self.t, self.release = record, rows, t, release
 
     def __call__(self, x: Tensor, maps: Linear, layer: int, name: str) -> Tensor:
+        """The map's output (1, R + n t, out) for x (1, R + n t, in): R rows computed (the
+        training forward's prompt rows, `lean_forward.lean_logits`), then the n t completion
+        positions (row by row) replayed."""
         outputs = self.record.outputs
         steps = outputs.pop((layer, name)) if self.release else outputs[layer, name]
-        saved = torch.cat(steps[: self.t], 1)[self.rows]  # (n, t, out), a tensor of its own
+        steps = steps[: self.t]  # t of (N, 1, out)
+        if range(*self.rows.indices(steps[0].shape[0])) != range(steps[0].shape[0]):
+            steps = [step[self.rows] for step in steps]  # t of (n, 1, out)
+        (n, _, width), computed = steps[0].shape, x.shape[1] - steps[0].shape[0] * self.t
+        saved = steps[0].new_empty(1, x.shape[1], width)  # (1, R + n t, out)
+        with torch.no_grad():
+            saved[0, :computed] = apply_linear(x[0, :computed], maps)
+        torch.cat(steps, 1, out=saved[0, computed:].view(n, self.t, width))  # joined in place
         params = [p for pair in maps for p in pair]
         return _ReplayedLinear.apply(x, saved, *params)
 

@@ -12,7 +12,8 @@ import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from tests.workers.grpo.helpers import LLAMA_FAMILY, SMALL_LM, small_lm
-from workers.grpo.lean import LeanDecoder, lean_logits, supported
+from workers.grpo.lean import LeanDecoder, supported
+from workers.grpo.lean_forward import lean_logits
 from workers.grpo.sampling import _HFForward
 
 

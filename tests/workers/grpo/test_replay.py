@@ -87,6 +87,22 @@ def test_replayed_forward_gives_the_fresh_forward(
     assert out.record.outputs == {}  # released as the forward consumed it
 
 
+def test_a_window_of_rows_replays_its_rows(tiny_model: Path) -> None:
+    """Rows 2-5 (a micro-batch across the two groups) replay what a fresh forward computes."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = _model("llama", len(tokenizer), tokenizer.eos_token_id, column_major=False)
+    out = _sample(model, tokenizer)
+    rows, t = slice(2, 6), out.completion_ids.shape[1]
+    args = (out.prompt_ids[rows], out.prompt_mask[rows])
+    args += (out.completion_ids[rows], out.completion_mask[rows])
+    fresh, _ = completion_logprobs(model, *args)
+    replayed, _ = completion_logprobs(
+        model, *args, tape=Replay(out.record, rows, t - 1, release=False)
+    )
+    valid = out.completion_mask[rows].bool()
+    torch.testing.assert_close(replayed[valid], fresh[valid], atol=1e-5, rtol=0)
+
+
 def test_replay_is_refused_when_the_weights_changed(tiny_model: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     model = AutoModelForCausalLM.from_pretrained(tiny_model)

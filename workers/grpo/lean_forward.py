@@ -1,0 +1,102 @@
+"""The lean forward over whole sequences (pi_ref / pi_old scoring and the training forward).
+
+The G completions of a group share their prompt: each distinct prompt runs through the layers
+once and its completions attend to its keys and values, so a prompt of P tokens costs 1/G of
+what it costs in a padded batch. Prompt rows and completion rows form one row set: every linear
+map and element-wise op runs once over all of them (in training, one weight-gradient product
+for both), and only attention takes them apart. It runs on the model's own parameters (the
+maths of `lean.LeanModel`), so autograd gives the exact gradient, the prompt's share summed
+over its group. A `tape` (`replay.Replay`) may supply the completion rows' linear outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from workers.grpo.lean import LeanModel, Tape, attention, prompt_mask_4d
+
+
+def _rows(z: Tensor, start: int, count: int, n: int) -> Tensor:
+    """Rows [start, start + count) of z (1, H, M, D) as n sequences: (n, H, count / n, D)."""
+    h, d = z.shape[1], z.shape[3]
+    return z[0, :, start : start + count].view(h, n, -1, d).transpose(0, 1)
+
+
+def _after_prompts(prompt: Tensor, completion: Tensor, group: Tensor) -> Tensor:
+    """(N, Hk, P + T, D): row r's prompt keys (row group[r] of `prompt`), then its own.
+
+    Groups of equal size (GRPO's G completions a prompt) join through an expanded view: its
+    backward sums over the group, where indexing's scatters each row's grad back."""
+    u, n = prompt.shape[0], completion.shape[0]
+    size = n // u
+    if n != u * size or not torch.equal(
+        group, torch.arange(u, device=group.device).repeat_interleave(size)
+    ):
+        return torch.cat([prompt[group], completion], 2)
+    _, hk, p, d = prompt.shape
+    expanded = prompt.unsqueeze(1).expand(u, size, hk, p, d)  # (U, G, Hk, P, D), no copy
+    rows = completion.view(u, size, hk, -1, d)  # (U, G, Hk, T, D)
+    return torch.cat([expanded, rows], 3).view(n, hk, -1, d)  # (N, Hk, P + T, D)
+
+
+def lean_logits(
+    model: Any,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    share_prompts: bool = True,
+    tape: Tape | None = None,
+) -> Tensor:
+    """Logits (N, T, V) that predict each completion token; differentiable.
+
+    With `share_prompts`, rows are grouped by equal consecutive (prompt ids, prompt mask), each
+    distinct prompt runs once and its completions attend to its keys and values. The numbers
+    are the same up to float summation order, which then depends on how rows are grouped.
+    `tape` maps the completion positions' linear maps (a `replay.Replay` of the decode's).
+    """
+    n, p = prompt_ids.shape
+    t = completion_ids.shape[1] - 1  # the last token predicts nothing we score: not fed
+    device = prompt_ids.device
+    weight = model.model.embed_tokens.weight
+    autocast = torch.is_autocast_enabled(device.type)
+    dtype = torch.get_autocast_dtype(device.type) if autocast else weight.dtype
+    lean = LeanModel(model, fuse=False, dtype=dtype)
+    rows = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], 1)  # (N, 2P)
+    if share_prompts:
+        unique, group = torch.unique_consecutive(rows, dim=0, return_inverse=True)  # (U, 2P), (N,)
+    else:
+        unique, group = rows, torch.arange(n, device=device)  # (N, 2P), (N,)
+    u_ids, u_mask = unique[:, :p], unique[:, p:]  # (U, P)
+    u_pos = (u_mask.cumsum(1) - 1).clamp(min=0)  # (U, P)
+    c_pos = u_mask.sum(1)[group].unsqueeze(1) + torch.arange(t, device=device)  # (N, T - 1)
+    cos, sin = lean.rope(torch.cat([u_pos.flatten(), c_pos.flatten()]).unsqueeze(0))  # (1,1,M,D)
+    p_mask = prompt_mask_4d(u_mask)  # (U, 1, P, P)
+    causal = torch.ones(t, t, dtype=torch.bool, device=device).tril()  # (T - 1, T - 1)
+    c_mask = torch.cat(  # (N, 1, T - 1, P + T - 1): the prompt's real tokens, then causal
+        [u_mask.bool()[group][:, None, None, :].expand(n, 1, t, p), causal.expand(n, 1, t, t)], -1
+    )
+    # One row set: the U * P prompt rows, then the N * (T - 1) completion rows. Every linear
+    # map and element-wise op runs once over all rows (one weight-gradient product for both);
+    # only attention takes them apart.
+    u, m = unique.shape[0], unique.shape[0] * p
+    x = F.embedding(torch.cat([u_ids.flatten(), completion_ids[:, :t].flatten()]), lean.embed)
+    x = x.unsqueeze(0)  # (1, M, E), M = U P + N (T - 1)
+    for i in range(len(lean.layers)):
+        q, k, v = lean.qkv(x, i, cos, sin, tape)  # (1, H|Hk, M, D)
+        qp, kp, vp = (_rows(z, 0, m, u) for z in (q, k, v))  # (U, H|Hk, P, D)
+        o = [attention(qp, kp, vp, p_mask).flatten(0, 1)]  # (U P, E)
+        if t > 0:
+            qc, kc, vc = (_rows(z, m, n * t, n) for z in (q, k, v))  # (N, H|Hk, T - 1, D)
+            keys, values = _after_prompts(kp, kc, group), _after_prompts(vp, vc, group)
+            o.append(attention(qc, keys, values, c_mask).flatten(0, 1))  # (N (T - 1), E)
+        x = x + lean._map(torch.cat(o).unsqueeze(0), i, "out", tape)  # (1, M, E)
+        x = x + lean.mlp(x, i, tape)  # (1, M, E)
+    last = x[0, p - 1 : m : p]  # (U, E) each prompt's last position
+    hidden = torch.cat([last[group].unsqueeze(1), x[0, m:].view(n, t, x.shape[-1])], 1)  # (N, T, E)
+    del completion_mask  # completion keys are causal; pads after EOS only see earlier tokens
+    return lean.head(hidden)  # (N, T, V)
