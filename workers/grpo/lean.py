@@ -23,6 +23,7 @@ Left out: attention dropout (sampling runs in eval mode), tensor-parallel weight
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -94,12 +95,40 @@ def _linear(dtype: torch.dtype, fuse: bool, pack_rows: int | None, *modules: Any
 
 def _product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     # Packed weights: oneDNN's matmul on its blocked layout. Without autograd (pi_ref / pi_old
-    # scoring) oneDNN's matmul on the plain weight too: on these CPUs it runs products of a few
-    # hundred rows at ~205 GFLOP/s where the BLAS behind F.linear runs ~165.
-    plain = torch.is_inference_mode_enabled() and onednn_matmul(weight.device, weight.dtype)
-    if weight.is_mkldnn or plain:
+    # scoring) oneDNN's matmul on the plain weight too where it is the faster of the two on this
+    # machine: an AMD EPYC ran products of a few hundred rows at ~205 GFLOP/s through oneDNN and
+    # ~165 through the BLAS behind F.linear; an Intel Xeon scored 10-20% faster through the BLAS.
+    if weight.is_mkldnn or (
+        torch.is_inference_mode_enabled()
+        and onednn_matmul(weight.device, weight.dtype)
+        and onednn_is_faster(_row_bucket(x.numel() // x.shape[-1]), *weight.shape)
+    ):
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
     return F.linear(x, weight, bias)
+
+
+def _row_bucket(rows: int) -> int:
+    return max(64, 1 << (rows - 1).bit_length())  # the next power of two
+
+
+@functools.cache
+def onednn_is_faster(rows: int, out_features: int, in_features: int) -> bool:
+    """Whether oneDNN's matmul on a plain fp32 weight beats F.linear for this shape on this
+    machine: each run 6 times, alternating; the best of runs 2-6 compared (once per process
+    and shape: ~0.1 s for all of a 25M model's shapes)."""
+    x, weight = torch.randn(rows, in_features), torch.randn(out_features, in_features)
+    candidates = {
+        "onednn": lambda: torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], ""),
+        "blas": lambda: F.linear(x, weight),
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in candidates}
+    with torch.inference_mode():
+        for _ in range(6):
+            for name, run in candidates.items():
+                start = time.perf_counter()
+                run()
+                seconds[name].append(time.perf_counter() - start)
+    return min(seconds["onednn"][1:]) < min(seconds["blas"][1:])
 
 
 def apply_linear(x: Tensor, maps: Linear) -> Tensor:

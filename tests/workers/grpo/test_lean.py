@@ -12,6 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from tests.workers.grpo.helpers import LLAMA_FAMILY, SMALL_LM, small_lm
+from workers.grpo import lean
 from workers.grpo.lean import LeanDecoder, supported
 from workers.grpo.lean_forward import lean_logits
 from workers.grpo.sampling import _HFForward
@@ -101,8 +102,12 @@ def test_unsupported_models_fall_back(tiny_model) -> None:
     assert supported(windowed, 8) and not supported(windowed, 9)
 
 
-def test_scoring_in_inference_mode_runs_onednn_with_the_same_numbers() -> None:
-    """pi_ref / pi_old scoring (inference mode) multiplies through oneDNN on CPU in fp32."""
+@pytest.mark.parametrize("onednn_faster", [True, False])
+def test_scoring_in_inference_mode_takes_the_faster_kernel_with_the_same_numbers(
+    monkeypatch, onednn_faster: bool
+) -> None:
+    """pi_ref / pi_old scoring (inference mode, CPU, fp32) multiplies through oneDNN where this
+    machine runs the shape faster through it than through F.linear, with the same numbers."""
     from torch.profiler import profile
 
     model = MODELS["qwen2"].eval()
@@ -111,7 +116,16 @@ def test_scoring_in_inference_mode_runs_onednn_with_the_same_numbers() -> None:
     cmask = torch.ones_like(completion, dtype=torch.float)
     with torch.no_grad():
         plain = lean_logits(model, ids, mask, completion, cmask)
+    monkeypatch.setattr(lean, "onednn_is_faster", lambda *shape: onednn_faster)
     with torch.inference_mode(), profile() as prof:
         scored = lean_logits(model, ids, mask, completion, cmask)
-    assert any(e.key == "mkldnn::_linear_pointwise" for e in prof.key_averages())
+    used = any(e.key == "mkldnn::_linear_pointwise" for e in prof.key_averages())
+    assert used == onednn_faster
     torch.testing.assert_close(scored, plain, atol=1e-5, rtol=0)
+
+
+def test_the_kernel_choice_is_measured_once_per_shape() -> None:
+    lean.onednn_is_faster.cache_clear()
+    first = lean.onednn_is_faster(64, 48, 32)
+    assert isinstance(first, bool) and lean.onednn_is_faster(64, 48, 32) is first
+    assert lean.onednn_is_faster.cache_info().hits == 1
