@@ -36,8 +36,12 @@ from bench import runners  # noqa: E402
 from bench.vs_trl import build, one_run  # noqa: E402
 
 aten = torch.ops.aten
+# In inference mode the dispatch mode sees composite ops (linear, scaled_dot_product_attention)
+# before they decompose; with autograd it sees what they decompose into.
 PRODUCTS = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default}
+PRODUCTS |= {aten.linear.default, aten.matmul.default}
 ATTENTION = {
+    aten.scaled_dot_product_attention.default,
     aten._scaled_dot_product_flash_attention_for_cpu.default,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
     aten._scaled_dot_product_efficient_attention.default,
