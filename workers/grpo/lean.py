@@ -182,7 +182,8 @@ def _scalar(value: float, like: Tensor) -> Tensor:
 def _rms(x: Tensor, norm: Norm) -> Tensor:
     """HF's RMSNorm: normalise in fp32, cast back, scale."""
     weight, eps = norm
-    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+    fp32 = x.dtype == torch.float32 and weight.dtype == torch.float32
+    if fp32 and not torch.is_autocast_enabled(x.device.type):  # autocast would run vecdot in bf16
         # Five ops where F.rms_norm runs eight on CPU (decode steps pay per op, not per byte)
         squares = torch.linalg.vecdot(x, x).unsqueeze(-1)  # (..., 1) sum of x^2
         inverse = torch.add(_scalar(eps, x), squares, alpha=1.0 / x.shape[-1]).rsqrt()

@@ -129,3 +129,15 @@ def test_the_kernel_choice_is_measured_once_per_shape() -> None:
     first = lean.onednn_is_faster(64, 48, 32)
     assert isinstance(first, bool) and lean.onednn_is_faster(64, 48, 32) is first
     assert lean.onednn_is_faster.cache_info().hits == 1
+
+
+def test_rms_norm_stays_fp32_under_autocast() -> None:
+    """Under bf16 autocast (CUDA in production; CPU here) the norm of an fp32 residual stream is
+    still computed in fp32, as HF's RMSNorm does: autocast would run a dot product in bf16."""
+    gen = torch.Generator().manual_seed(6)
+    x, weight = torch.randn(4, 7, 64, generator=gen) * 3, torch.randn(64, generator=gen)
+    plain = lean._rms(x, (weight, 1e-6))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = lean._rms(x, (weight, 1e-6))
+    assert autocast.dtype == torch.float32
+    torch.testing.assert_close(autocast, plain, atol=1e-5, rtol=1e-5)
