@@ -26,21 +26,26 @@ def _rows(z: Tensor, start: int, count: int, n: int) -> Tensor:
     return z[0, :, start : start + count].view(h, n, -1, d).transpose(0, 1)
 
 
-def _after_prompts(prompt: Tensor, completion: Tensor, group: Tensor) -> Tensor:
+def _equal_groups(group: Tensor, u: int) -> int | None:
+    """G when the rows are U groups of G consecutive rows each (GRPO's batches), else None
+    (one host sync, once per forward)."""
+    n = group.shape[0]
+    size = n // u
+    consecutive = torch.arange(u, device=group.device).repeat_interleave(size)
+    return size if n == u * size and torch.equal(group, consecutive) else None
+
+
+def _after_prompts(prompt: Tensor, completion: Tensor, group: Tensor, size: int | None) -> Tensor:
     """(N, Hk, P + T, D): row r's prompt keys (row group[r] of `prompt`), then its own.
 
-    Groups of equal size (GRPO's G completions a prompt) join through an expanded view: its
+    Groups of equal `size` (GRPO's G completions a prompt) join through an expanded view: its
     backward sums over the group, where indexing's scatters each row's grad back."""
-    u, n = prompt.shape[0], completion.shape[0]
-    size = n // u
-    if n != u * size or not torch.equal(
-        group, torch.arange(u, device=group.device).repeat_interleave(size)
-    ):
+    if size is None:
         return torch.cat([prompt[group], completion], 2)
-    _, hk, p, d = prompt.shape
+    u, hk, p, d = prompt.shape
     expanded = prompt.unsqueeze(1).expand(u, size, hk, p, d)  # (U, G, Hk, P, D), no copy
     rows = completion.view(u, size, hk, -1, d)  # (U, G, Hk, T, D)
-    return torch.cat([expanded, rows], 3).view(n, hk, -1, d)  # (N, Hk, P + T, D)
+    return torch.cat([expanded, rows], 3).view(u * size, hk, -1, d)  # (N, Hk, P + T, D)
 
 
 def lean_logits(
@@ -84,6 +89,7 @@ def lean_logits(
     # map and element-wise op runs once over all rows (one weight-gradient product for both);
     # only attention takes them apart.
     u, m = unique.shape[0], unique.shape[0] * p
+    size = _equal_groups(group, u) if t > 0 else None
     x = F.embedding(torch.cat([u_ids.flatten(), completion_ids[:, :t].flatten()]), lean.embed)
     x = x.unsqueeze(0)  # (1, M, E), M = U P + N (T - 1)
     for i in range(len(lean.layers)):
@@ -92,7 +98,7 @@ def lean_logits(
         o = [attention(qp, kp, vp, p_mask).flatten(0, 1)]  # (U P, E)
         if t > 0:
             qc, kc, vc = (_rows(z, m, n * t, n) for z in (q, k, v))  # (N, H|Hk, T - 1, D)
-            keys, values = _after_prompts(kp, kc, group), _after_prompts(vp, vc, group)
+            keys, values = (_after_prompts(*kv, group, size) for kv in ((kp, kc), (vp, vc)))
             o.append(attention(qc, keys, values, c_mask).flatten(0, 1))  # (N (T - 1), E)
         x = x + lean._map(torch.cat(o).unsqueeze(0), i, "out", tape)  # (1, M, E)
         x = x + lean.mlp(x, i, tape)  # (1, M, E)
