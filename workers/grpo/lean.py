@@ -255,7 +255,8 @@ class LeanModel:
         cos, sin = emb.cos() * self.rope_scale, emb.sin() * self.rope_scale
         return cos.to(self.dtype).unsqueeze(1), sin.to(self.dtype).unsqueeze(1)
 
-    def _map(self, x: Tensor, i: int, name: str, tape: Tape | None) -> Tensor:
+    def linear_map(self, x: Tensor, i: int, name: str, tape: Tape | None) -> Tensor:
+        """Layer i's linear map `name` (qkv, out, gate_up, down) of x; through `tape` if given."""
         maps = getattr(self.layers[i], name)
         return apply_linear(x, maps) if tape is None else tape(x, maps, i, name)
 
@@ -265,7 +266,7 @@ class LeanModel:
         """Rotated queries (N, H, S, D), keys (N, Hk, S, D) and values of layer i's input x."""
         n, s, _ = x.shape
         h, hk, d, lay = self.heads, self.kv_heads, self.head_dim, self.layers[i]
-        qkv = self._map(_rms(x, lay.norm1), i, "qkv", tape).view(n, s, h + 2 * hk, d)
+        qkv = self.linear_map(_rms(x, lay.norm1), i, "qkv", tape).view(n, s, h + 2 * hk, d)
         # split, not slices: its backward joins the three grads in one copy, where slices'
         # backward zero-fills the whole (N, S, H + 2Hk, D) grad and copies each part in
         qk, v = qkv.split([h + hk, hk], 2)  # (N, S, H + Hk, D), (N, S, Hk, D)
@@ -279,12 +280,12 @@ class LeanModel:
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, i: int, tape: Tape | None = None
     ) -> Tensor:
         """Attention output projected back (N, S, E); mask (N, 1, S, L) True = may attend."""
-        return self._map(attention(q, k, v, mask), i, "out", tape)  # (N, S, E)
+        return self.linear_map(attention(q, k, v, mask), i, "out", tape)  # (N, S, E)
 
     def mlp(self, x: Tensor, i: int, tape: Tape | None = None) -> Tensor:
         lay = self.layers[i]
-        gate, up = self._map(_rms(x, lay.norm2), i, "gate_up", tape).chunk(2, -1)  # (N, S, I)
-        return self._map(F.silu(gate) * up, i, "down", tape)  # (N, S, E)
+        gate, up = self.linear_map(_rms(x, lay.norm2), i, "gate_up", tape).chunk(2, -1)  # (N, S, I)
+        return self.linear_map(F.silu(gate) * up, i, "down", tape)  # (N, S, E)
 
     def head(self, x: Tensor) -> Tensor:
         x = _rms(x, self.final_norm)

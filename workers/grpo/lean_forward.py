@@ -100,7 +100,7 @@ def lean_logits(
             qc, kc, vc = (_rows(z, m, n * t, n) for z in (q, k, v))  # (N, H|Hk, T - 1, D)
             keys, values = (_after_prompts(*kv, group, size) for kv in ((kp, kc), (vp, vc)))
             o.append(attention(qc, keys, values, c_mask).flatten(0, 1))  # (N (T - 1), E)
-        x = x + lean._map(torch.cat(o).unsqueeze(0), i, "out", tape)  # (1, M, E)
+        x = x + lean.linear_map(torch.cat(o).unsqueeze(0), i, "out", tape)  # (1, M, E)
         x = x + lean.mlp(x, i, tape)  # (1, M, E)
     last = x[0, p - 1 : m : p]  # (U, E) each prompt's last position
     hidden = torch.cat([last[group].unsqueeze(1), x[0, m:].view(n, t, x.shape[-1])], 1)  # (N, T, E)
