@@ -20,10 +20,16 @@ from torch import Tensor
 from workers.grpo.lean import LeanModel, Tape, attention, prompt_mask_4d
 
 
-def _rows(z: Tensor, start: int, count: int, n: int) -> Tensor:
-    """Rows [start, start + count) of z (1, H, M, D) as n sequences: (n, H, count / n, D)."""
-    h, d = z.shape[1], z.shape[3]
-    return z[0, :, start : start + count].view(h, n, -1, d).transpose(0, 1)
+def _sequences(z: Tensor, m: int, u: int, n: int) -> tuple[Tensor, Tensor]:
+    """z (1, H, M, D) as the U prompts (U, H, P, D) and the N completions (N, H, T - 1, D):
+    its first m rows and the rest (split, not sliced: split's backward joins the two grads in
+    one copy where each slice's zero-fills a full-size one)."""
+    h, rest, d = z.shape[1], z.shape[2] - m, z.shape[3]
+    prompts, completions = z[0].split([m, rest], 1)  # (H, m, D), (H, M - m, D)
+    return (
+        prompts.view(h, u, m // u, d).transpose(0, 1),
+        completions.view(h, n, rest // n, d).transpose(0, 1),
+    )
 
 
 def _equal_groups(group: Tensor, u: int) -> int | None:
@@ -94,10 +100,9 @@ def lean_logits(
     x = x.unsqueeze(0)  # (1, M, E), M = U P + N (T - 1)
     for i in range(len(lean.layers)):
         q, k, v = lean.qkv(x, i, cos, sin, tape)  # (1, H|Hk, M, D)
-        qp, kp, vp = (_rows(z, 0, m, u) for z in (q, k, v))  # (U, H|Hk, P, D)
+        (qp, qc), (kp, kc), (vp, vc) = (_sequences(z, m, u, n) for z in (q, k, v))
         o = [attention(qp, kp, vp, p_mask).flatten(0, 1)]  # (U P, E)
-        if t > 0:
-            qc, kc, vc = (_rows(z, m, n * t, n) for z in (q, k, v))  # (N, H|Hk, T - 1, D)
+        if t > 0:  # qc, kc, vc: (N, H|Hk, T - 1, D)
             keys, values = (_after_prompts(*kv, group, size) for kv in ((kp, kc), (vp, vc)))
             o.append(attention(qc, keys, values, c_mask).flatten(0, 1))  # (N (T - 1), E)
         x = x + lean.linear_map(torch.cat(o).unsqueeze(0), i, "out", tape)  # (1, M, E)
