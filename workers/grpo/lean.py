@@ -116,7 +116,9 @@ def onednn_is_faster(rows: int, out_features: int, in_features: int) -> bool:
     """Whether oneDNN's matmul on a plain fp32 weight beats F.linear for this shape on this
     machine: each run 6 times, alternating; the best of runs 2-6 compared (once per process
     and shape: ~0.1 s for all of a 25M model's shapes)."""
-    x, weight = torch.randn(rows, in_features), torch.randn(out_features, in_features)
+    own = torch.Generator().manual_seed(0)  # the global RNG stays untouched (exact resume)
+    x = torch.randn(rows, in_features, generator=own)
+    weight = torch.randn(out_features, in_features, generator=own)
     candidates = {
         "onednn": lambda: torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], ""),
         "blas": lambda: F.linear(x, weight),
