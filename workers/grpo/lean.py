@@ -175,14 +175,10 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 @functools.cache
-def _scalar_cached(value: float, device: torch.device) -> Tensor:
+def _scalar(value: float, device: torch.device) -> Tensor:
+    """A 0-d fp32 tensor of `value` on `device`, made once."""
     with torch.inference_mode(False):  # a normal tensor: autograd may see it
         return torch.tensor(value, device=device)
-
-
-def _scalar(value: float, like: Tensor) -> Tensor:
-    """A 0-d fp32 tensor of `value` on like's device, made once."""
-    return _scalar_cached(value, like.device)
 
 
 def _rms(x: Tensor, norm: Norm) -> Tensor:
@@ -192,7 +188,7 @@ def _rms(x: Tensor, norm: Norm) -> Tensor:
     if fp32 and not torch.is_autocast_enabled(x.device.type):  # autocast would run vecdot in bf16
         # Five ops where F.rms_norm runs eight on CPU (decode steps pay per op, not per byte)
         squares = torch.linalg.vecdot(x, x).unsqueeze(-1)  # (..., 1) sum of x^2
-        inverse = torch.add(_scalar(eps, x), squares, alpha=1.0 / x.shape[-1]).rsqrt()
+        inverse = torch.add(_scalar(eps, x.device), squares, alpha=1.0 / x.shape[-1]).rsqrt()
         return x * inverse * weight
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)

@@ -96,6 +96,7 @@ def lean_logits(
     # only attention takes them apart.
     u, m = unique.shape[0], unique.shape[0] * p
     size = _equal_groups(group, u) if t > 0 else None
+    tape = tape if t > 0 else None  # one-token completions: no decode step to replay
     x = F.embedding(torch.cat([u_ids.flatten(), completion_ids[:, :t].flatten()]), lean.embed)
     x = x.unsqueeze(0)  # (1, M, E), M = U P + N (T - 1)
     for i in range(len(lean.layers)):

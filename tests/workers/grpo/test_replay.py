@@ -103,6 +103,21 @@ def test_a_window_of_rows_replays_its_rows(tiny_model: Path) -> None:
     torch.testing.assert_close(replayed[valid], fresh[valid], atol=1e-5, rtol=0)
 
 
+def test_one_token_completions_have_nothing_to_replay(tiny_model: Path) -> None:
+    """One-token completions: the decode loop ran no step, the forward computes every row."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = _model("qwen2", len(tokenizer), tokenizer.eos_token_id, column_major=False)
+    sampler = HFSampler(model, tokenizer, torch.Generator().manual_seed(0))
+    params = GenerationParams(max_new_tokens=1)
+    out = sampler.generate(PROMPTS, 4, params, keep_activations=True)
+    args = (out.prompt_ids, out.prompt_mask, out.completion_ids, out.completion_mask)
+    fresh, _ = completion_logprobs(model, *args)
+    replayed, _ = completion_logprobs(
+        model, *args, tape=Replay(out.record, slice(None), 0, release=True)
+    )
+    torch.testing.assert_close(replayed, fresh, atol=1e-6, rtol=0)
+
+
 def test_replay_is_refused_when_the_weights_changed(tiny_model: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
