@@ -115,7 +115,7 @@ def _alive_in_task(pid: int) -> bool:
         time.sleep(1.0)
         with open(f"/proc/{pid}/stat") as fh:
             after = sum(int(x) for x in fh.read().split()[13:15])
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone (the latter: between open and read)
         return False
     return after - before > 50  # more than half a CPU-second per second: still training
 
