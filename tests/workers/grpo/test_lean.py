@@ -55,6 +55,31 @@ def test_decode_logits_match_the_model(name, fuse, pack) -> None:
             torch.testing.assert_close(lean.step(tokens), ref.step(tokens), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("sizes", [(4, 2), (1, 1, 1), (5, 1)])
+def test_prefill_runs_each_distinct_prompt_once(monkeypatch, sizes) -> None:
+    """A group's prompt goes through the layers once; every row of the group gets its keys and
+    values and decodes on as with its own prefill."""
+    model = MODELS["qwen2"].eval()
+    ids, mask = _prompts(sizes)
+    n, p = ids.shape
+    rows: list[int] = []
+    spied = lean.LeanModel.linear_map
+
+    def counting(self, x, i, name, tape):  # noqa: ANN001, ANN202
+        rows.append(x.numel() // x.shape[-1])
+        return spied(self, x, i, name, tape)
+
+    monkeypatch.setattr(lean.LeanModel, "linear_map", counting)
+    steps = torch.randint(1, 64, (4, n), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        decoder, ref = LeanDecoder(model, rows=n), _HFForward(model)
+        a, b = decoder.prefill(ids, mask, 4), ref.prefill(ids, mask, 4)
+        assert set(rows) == {len(sizes) * p}
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+        for tokens in steps:
+            torch.testing.assert_close(decoder.step(tokens), ref.step(tokens), atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 @pytest.mark.parametrize(("share", "sizes"), [(True, (3, 3)), (False, (3, 3)), (True, (4, 2))])
 def test_scoring_logits_and_gradient_match_the_model(name, share, sizes) -> None:
