@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/step_phases.py [--size 3m] [--steps 12]
     .venv/bin/python bench/step_phases.py --against HEAD~3 [--pairs 3] [--size 25m]
+    .venv/bin/python bench/step_phases.py --ragged [--against REV] [--size 25m]
 
 Trains the `vs_trl.py` job on the benchmark model for `--steps` steps and prints the median
 seconds of each phase over the steps after the first two: generation, reference scoring, the
@@ -9,6 +10,9 @@ policy's forward + backward, gradient clipping, the optimizer step, and the whol
 `--against REV`, checks REV out into a temporary worktree and runs REV and this tree
 alternately, `--pairs` times each, each run in its own process: on these shared machines the
 whole machine's speed drifts between minutes, so compare pairs, not single runs.
+With `--ragged`, times reference scoring and the policy's forward + backward (no replay) of
+one fixed batch of 2 x 8 completions of ragged lengths (8 to 96 tokens, as on real tasks;
+the benchmark job's completions nearly all run to their 32 tokens) instead of training.
 """
 
 from __future__ import annotations
@@ -69,13 +73,61 @@ def measure(root: Path, size: str, steps: int) -> dict[str, float]:
     return {k: statistics.median(v[2:] or v) for k, v in times.items() if v}
 
 
+def measure_ragged(root: Path, size: str, reps: int) -> dict[str, float]:
+    """Median seconds of pi_ref scoring and the policy's forward + backward of one batch of
+    completions of lengths drawn from 8..96 (seeded), random tokens."""
+    sys.path.insert(0, str(root))
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from bench.vs_trl import build
+    from workers.grpo.config import TrainSpec
+    from workers.grpo.sampling import Generation
+    from workers.grpo.update import accumulate_gradients, batch_logprobs
+
+    n, width = 16, 96
+    own = torch.Generator().manual_seed(0)
+    lengths = torch.randint(8, width + 1, (n,), generator=own)  # (N,)
+    mask = (torch.arange(width) < lengths[:, None]).float()  # (N, T)
+    tokens = torch.randint(5, 90, (n, width), generator=own).masked_fill(mask == 0, 0)
+    prompts = torch.randint(5, 90, (2, 9), generator=own).repeat_interleave(8, 0)  # (N, P)
+    out = Generation(prompts, torch.ones_like(prompts), tokens, mask, [""] * n,
+                     torch.zeros(n, dtype=torch.bool), lengths=lengths.tolist())  # fmt: skip
+    times: dict[str, list[float]] = {"reference": [], "fwd_bwd": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = build(size, Path(tmp))
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        spec = TrainSpec(
+            base_model=str(path), grpo={"beta": 0.04}, generation={"max_new_tokens": width}
+        )
+        score = _timed(times["reference"], batch_logprobs)
+        train = _timed(times["fwd_bwd"], accumulate_gradients)
+        for _ in range(reps):
+            ref = score(model, out, 1.0, None)
+            model.zero_grad()
+            advantages = torch.linspace(-1, 1, n)
+            train(
+                model,
+                out,
+                mask,
+                advantages,
+                None,
+                ref,
+                spec.grpo,
+                spec.generation,
+                mask.sum(),
+                False,
+            )
+    return {k: statistics.median(v[1:]) for k, v in times.items()}
+
+
 def _line(label: str, m: dict[str, float]) -> str:
     return f"{label:>10}  " + "  ".join(f"{k} {m[k] * 1e3:7.1f}" for k in PHASES if k in m)
 
 
-def _run(root: Path, size: str, steps: int) -> dict[str, float]:
+def _run(root: Path, size: str, steps: int, ragged: bool) -> dict[str, float]:
     cmd = [sys.executable, __file__, "--root", str(root), "--size", size, "--steps", str(steps)]
-    cmd.append("--json")
+    cmd += ["--json", "--ragged"] if ragged else ["--json"]
     out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -86,11 +138,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--against", help="a git revision to compare with, run for run")
     ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--ragged", action="store_true", help="one ragged batch, not training")
     ap.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if not a.against:
-        m = measure(a.root, a.size, a.steps)
+        m = measure_ragged(a.root, a.size, 6) if a.ragged else measure(a.root, a.size, a.steps)
         print(json.dumps(m) if a.json else f"{a.size}, median ms per step:\n{_line('this', m)}")
         return
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,7 +153,7 @@ def main() -> None:
             print(f"{a.size}, median ms per step; {a.against} and this tree alternately:")
             for _ in range(a.pairs):
                 for label, root in ((a.against, base), ("this", ROOT)):
-                    print(_line(label[:10], _run(root, a.size, a.steps)), flush=True)
+                    print(_line(label[:10], _run(root, a.size, a.steps, a.ragged)), flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT)
 

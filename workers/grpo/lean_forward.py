@@ -7,6 +7,11 @@ map and element-wise op runs once over all of them (in training, one weight-grad
 for both), and only attention takes them apart. It runs on the model's own parameters (the
 maths of `lean.LeanModel`), so autograd gives the exact gradient, the prompt's share summed
 over its group. A `tape` (`replay.Replay`) may supply the completion rows' linear outputs.
+
+Completion rows are only the positions that predict a completion token: a completion of
+length L feeds L - 1 rows whatever the batch's longest (`fed_index`); the rows after its end
+would only feed masked-out tokens (attention is causal: they change nothing before them).
+Attention, which needs whole sequences, takes them into a zero-padded (N, T - 1) layout and back.
 """
 
 from __future__ import annotations
@@ -20,15 +25,30 @@ from torch import Tensor
 from workers.grpo.lean import LeanModel, Tape, attention, prompt_mask_4d
 
 
-def _sequences(z: Tensor, m: int, u: int, n: int) -> tuple[Tensor, Tensor]:
-    """z (1, H, M, D) as the U prompts (U, H, P, D) and the N completions (N, H, T - 1, D):
-    its first m rows and the rest (split, not sliced: split's backward joins the two grads in
-    one copy where each slice's zero-fills a full-size one)."""
+def fed_index(lengths: list[int], t: int, device: torch.device) -> Tensor | None:
+    """Flat indices (K,) into the N x t completion positions of those that predict a
+    completion token: row i's first lengths[i] - 1 (position j predicts token j + 1). None when
+    that is every position. Built on the host from host-side lengths: no device read."""
+    if all(length > t for length in lengths):
+        return None
+    needed = torch.arange(t) < (torch.tensor(lengths) - 1).unsqueeze(1)  # (N, t)
+    return needed.flatten().nonzero().squeeze(1).to(device, non_blocking=True)  # (K,)
+
+
+def _sequences(
+    z: Tensor, m: int, u: int, n: int, t: int, fed: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """z (1, H, M, D) as the U prompts (U, H, P, D) and the N completions (N, H, t, D): its
+    first m rows and the rest (split, not sliced: split's backward joins the two grads in one
+    copy where each slice's zero-fills a full-size one); `fed` rows placed in a zero-padded
+    layout (a completion's rows past its end are never attended to: causal)."""
     h, rest, d = z.shape[1], z.shape[2] - m, z.shape[3]
-    prompts, completions = z[0].split([m, rest], 1)  # (H, m, D), (H, M - m, D)
+    prompts, completions = z[0].split([m, rest], 1)  # (H, m, D), (H, K, D)
+    if fed is not None:  # (H, N t, D)
+        completions = completions.new_zeros(h, n * t, d).index_copy(1, fed, completions)
     return (
         prompts.view(h, u, m // u, d).transpose(0, 1),
-        completions.view(h, n, rest // n, d).transpose(0, 1),
+        completions.view(h, n, t, d).transpose(0, 1),
     )
 
 
@@ -62,13 +82,18 @@ def lean_logits(
     completion_mask: Tensor,
     share_prompts: bool = True,
     tape: Tape | None = None,
-) -> Tensor:
-    """Logits (N, T, V) that predict each completion token; differentiable.
+    lengths: list[int] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Logits (R, V) that predict completion tokens, and their flat positions (R,) in the
+    (N, T) completion; differentiable. R = N + K: each row's first token (predicted by its
+    prompt's last position), then the K fed completion positions (`fed_index`) row by row.
 
     With `share_prompts`, rows are grouped by equal consecutive (prompt ids, prompt mask), each
     distinct prompt runs once and its completions attend to its keys and values. The numbers
     are the same up to float summation order, which then depends on how rows are grouped.
-    `tape` maps the completion positions' linear maps (a `replay.Replay` of the decode's).
+    `tape` maps the completion positions' linear maps (a `replay.Replay` of the decode's, made
+    with the same `lengths`). `lengths`: the completions' lengths (the mask's row sums) on the
+    host; None reads them from `completion_mask`.
     """
     n, p = prompt_ids.shape
     t = completion_ids.shape[1] - 1  # the last token predicts nothing we score: not fed
@@ -84,31 +109,39 @@ def lean_logits(
         unique, group = rows, torch.arange(n, device=device)  # (N, 2P), (N,)
     u_ids, u_mask = unique[:, :p], unique[:, p:]  # (U, P)
     u_pos = (u_mask.cumsum(1) - 1).clamp(min=0)  # (U, P)
+    if lengths is None:
+        lengths = completion_mask.sum(1).long().tolist()
+    fed = fed_index(lengths, t, device)  # (K,) or None: all N (T - 1)
     c_pos = u_mask.sum(1)[group].unsqueeze(1) + torch.arange(t, device=device)  # (N, T - 1)
-    cos, sin = lean.rope(torch.cat([u_pos.flatten(), c_pos.flatten()]).unsqueeze(0))  # (1,1,M,D)
+    c_pos, c_ids = c_pos.flatten(), completion_ids[:, :t].flatten()  # (N (T - 1),)
+    if fed is not None:
+        c_pos, c_ids = c_pos[fed], c_ids[fed]  # (K,)
+    cos, sin = lean.rope(torch.cat([u_pos.flatten(), c_pos]).unsqueeze(0))  # (1, 1, M, D)
     p_mask = prompt_mask_4d(u_mask)  # (U, 1, P, P)
     causal = torch.ones(t, t, dtype=torch.bool, device=device).tril()  # (T - 1, T - 1)
     c_mask = torch.cat(  # (N, 1, T - 1, P + T - 1): the prompt's real tokens, then causal
         [u_mask.bool()[group][:, None, None, :].expand(n, 1, t, p), causal.expand(n, 1, t, t)], -1
     )
-    # One row set: the U * P prompt rows, then the N * (T - 1) completion rows. Every linear
-    # map and element-wise op runs once over all rows (one weight-gradient product for both);
-    # only attention takes them apart.
+    # One row set: the U * P prompt rows, then the K fed completion rows. Every linear map and
+    # element-wise op runs once over all rows (one weight-gradient product for both); only
+    # attention takes them apart.
     u, m = unique.shape[0], unique.shape[0] * p
     size = _equal_groups(group, u) if t > 0 else None
     tape = tape if t > 0 else None  # one-token completions: no decode step to replay
-    x = F.embedding(torch.cat([u_ids.flatten(), completion_ids[:, :t].flatten()]), lean.embed)
-    x = x.unsqueeze(0)  # (1, M, E), M = U P + N (T - 1)
+    x = F.embedding(torch.cat([u_ids.flatten(), c_ids]), lean.embed).unsqueeze(0)  # (1, M, E)
     for i in range(len(lean.layers)):
         q, k, v = lean.qkv(x, i, cos, sin, tape)  # (1, H|Hk, M, D)
-        (qp, qc), (kp, kc), (vp, vc) = (_sequences(z, m, u, n) for z in (q, k, v))
+        (qp, qc), (kp, kc), (vp, vc) = (_sequences(z, m, u, n, t, fed) for z in (q, k, v))
         o = [attention(qp, kp, vp, p_mask).flatten(0, 1)]  # (U P, E)
         if t > 0:  # qc, kc, vc: (N, H|Hk, T - 1, D)
             keys, values = (_after_prompts(*kv, group, size) for kv in ((kp, kc), (vp, vc)))
-            o.append(attention(qc, keys, values, c_mask).flatten(0, 1))  # (N (T - 1), E)
+            oc = attention(qc, keys, values, c_mask).flatten(0, 1)  # (N (T - 1), E)
+            o.append(oc if fed is None else oc.index_select(0, fed))  # (K, E)
         x = x + lean.linear_map(torch.cat(o).unsqueeze(0), i, "out", tape)  # (1, M, E)
         x = x + lean.mlp(x, i, tape)  # (1, M, E)
     last = x[0, p - 1 : m : p]  # (U, E) each prompt's last position
-    hidden = torch.cat([last[group].unsqueeze(1), x[0, m:].view(n, t, x.shape[-1])], 1)  # (N, T, E)
-    del completion_mask  # completion keys are causal; pads after EOS only see earlier tokens
-    return lean.head(hidden)  # (N, T, V)
+    hidden = torch.cat([last[group], x[0, m:]])  # (N + K, E)
+    # flat (N, T) positions: row i's token 0, then fed position f = i t + j predicts token j + 1
+    fed_flat = torch.arange(n * t, device=device) if fed is None else fed  # (K,)
+    first = torch.arange(n, device=device) * (t + 1)  # (N,)
+    return lean.head(hidden), torch.cat([first, fed_flat + fed_flat // max(t, 1) + 1])

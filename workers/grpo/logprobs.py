@@ -4,7 +4,9 @@ One forward pass over prompt + completion; only the logits that predict completi
 computed, divided by the sampling temperature (the policy that sampled is softmax(logits / T),
 so the ratio and KL use the same distribution). Llama-family models run `lean_forward.lean_logits`
 (the same numbers with fewer ops; each distinct prompt of a group runs once, also in the
-training forward, where autograd sums the prompt's gradient over its completions);
+training forward, where autograd sums the prompt's gradient over its completions, and each
+completion only up to its end: a batch of completions of mean length 65 of 96 scored in 0.36
+instead of 0.46 s, trained in 1.05 instead of 1.49 s on the 25M benchmark model);
 any other model its own forward with `logits_to_keep`. The log-prob of the chosen token is
 gathered as logit - logsumexp, without a full log-softmax copy; the entropy (a metric only) is
 computed without gradient.
@@ -28,20 +30,24 @@ def completion_logits(
     completion_ids: Tensor,
     completion_mask: Tensor,
     tape: Tape | None = None,
-) -> Tensor:
-    """Logits (N, T, V) that predict each completion token; `tape`: see `lean_forward.lean_logits`
-    (a model the lean forward does not cover never gets one)."""
+    lengths: list[int] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Logits (R, V) that predict completion tokens and their flat positions (R,) in the
+    (N, T) completion: the lean forward's rows (`lean_forward.lean_logits`; `tape` and host-side
+    `lengths` as there), or all N T rows of the model's own forward (a model the lean forward
+    does not cover never gets a tape)."""
     width = prompt_ids.shape[1] + completion_ids.shape[1]
     if supported(model, width):
         return lean_logits(
-            model, prompt_ids, prompt_mask, completion_ids, completion_mask, True, tape
+            model, prompt_ids, prompt_mask, completion_ids, completion_mask, True, tape, lengths
         )
     ids = torch.cat([prompt_ids, completion_ids], 1)  # (N, P + T)
     mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)  # (N, P + T)
     positions = (mask.cumsum(1) - 1).clamp(min=0)  # (N, P + T)
     keep = completion_ids.shape[1] + 1
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep)
-    return out.logits[:, :-1]  # (N, T, V)
+    logits = out.logits[:, :-1]  # (N, T, V)
+    return logits.flatten(0, 1), torch.arange(logits.shape[0] * logits.shape[1], device=ids.device)
 
 
 def completion_logprobs(
@@ -53,19 +59,28 @@ def completion_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     tape: Tape | None = None,
+    lengths: list[int] | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """Log-probs (N, T) of `completion_ids` and, if asked, the per-token entropy (N, T)."""
-    logits = completion_logits(
-        model, prompt_ids, prompt_mask, completion_ids, completion_mask, tape
-    )
-    logits = logits.float()  # (N, T, V), no copy when already fp32
+    """Log-probs (N, T) of `completion_ids` and, if asked, the per-token entropy (N, T); both
+    0 where `completion_mask` is 0. `lengths`: the mask's row sums on the host, if known."""
+    logits, where = completion_logits(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, tape, lengths
+    )  # (R, V), (R,)
+    logits = logits.float()  # no copy when already fp32
     if temperature != 1.0:
-        logits = logits / temperature  # (N, T, V)
-    lse = torch.logsumexp(logits, dim=-1)  # (N, T)
-    chosen = logits.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)  # (N, T)
+        logits = logits / temperature  # (R, V)
+    lse = torch.logsumexp(logits, dim=-1)  # (R,)
+    tokens = completion_ids.flatten()[where]  # (R,)
+    chosen = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (R,)
+    unscored = completion_mask == 0  # (N, T)
+
+    def placed(values: Tensor) -> Tensor:  # (R,) -> (N, T), 0 where unscored
+        flat = values.new_zeros(completion_ids.numel()).index_copy(0, where, values)
+        return flat.view(completion_ids.shape).masked_fill(unscored, 0.0)
+
     entropy = None
     if with_entropy:
         with torch.no_grad():
-            probs = (logits - lse.unsqueeze(-1)).exp()  # (N, T, V)
-            entropy = lse - (probs * logits).sum(-1)  # (N, T)
-    return chosen - lse, entropy
+            probs = (logits - lse.unsqueeze(-1)).exp()  # (R, V)
+            entropy = placed(lse - (probs * logits).sum(-1))  # (N, T)
+    return placed(chosen - lse), entropy

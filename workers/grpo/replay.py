@@ -12,6 +12,8 @@ training pass's FLOPs; the numbers differ from a fresh forward by float summatio
 Guards: a record is used once, by the policy that decoded it, with unchanged weights (parameter
 version counters), on the rows and columns the decode loop fed. The LM head and the prompt
 positions (one row per distinct prompt in the training forward) are computed, not replayed.
+The training forward feeds a completion's positions only up to its end
+(`lean_forward.fed_index` of the lengths the sampler stores in the record): so does the replay.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 from torch import Tensor
 
 from workers.grpo.lean import Linear, apply_linear
+from workers.grpo.lean_forward import fed_index
 
 
 def weight_versions(model: Any) -> list[int]:
@@ -42,6 +45,7 @@ class DecodeRecord:
         self.model, self.versions = model, weight_versions(model)
         self.column = -1
         self.outputs: dict[tuple[int, str], list[Tensor]] = {}
+        self.lengths: list[int] | None = None  # the completions' lengths, set by the sampler
 
     def __call__(self, x: Tensor, maps: Linear, layer: int, name: str) -> Tensor:
         """The map's output (N, 1, out) for the step's input x (N, 1, in), kept."""
@@ -65,22 +69,32 @@ class Replay:
     def __init__(self, record: DecodeRecord, rows: slice, t: int, release: bool) -> None:
         if t > record.column + 1:
             raise ValueError(f"{t} positions asked, {record.column + 1} recorded")
+        if record.lengths is None:
+            raise ValueError("the record holds no completion lengths")
         self.record, self.rows, self.t, self.release = record, rows, t, release
+        device = next(record.model.parameters()).device
+        self.fed = fed_index(record.lengths[rows], t, device)  # (K,), None: all n t
 
     def __call__(self, x: Tensor, maps: Linear, layer: int, name: str) -> Tensor:
-        """The map's output (1, R + n t, out) for x (1, R + n t, in): R rows computed (the
-        training forward's prompt rows, `lean_forward.lean_logits`), then the n t completion
+        """The map's output (1, R + K, out) for x (1, R + K, in): R rows computed (the
+        training forward's prompt rows, `lean_forward.lean_logits`), then the K fed completion
         positions (row by row) replayed."""
         outputs = self.record.outputs
         steps = outputs.pop((layer, name)) if self.release else outputs[layer, name]
         steps = steps[: self.t]  # t of (N, 1, out)
         if range(*self.rows.indices(steps[0].shape[0])) != range(steps[0].shape[0]):
             steps = [step[self.rows] for step in steps]  # t of (n, 1, out)
-        (n, _, width), computed = steps[0].shape, x.shape[1] - steps[0].shape[0] * self.t
-        saved = steps[0].new_empty(1, x.shape[1], width)  # (1, R + n t, out)
+        n, _, width = steps[0].shape
+        fed = n * self.t if self.fed is None else self.fed.shape[0]
+        computed = x.shape[1] - fed
+        saved = steps[0].new_empty(1, x.shape[1], width)  # (1, R + K, out)
         with torch.no_grad():
             saved[0, :computed] = apply_linear(x[0, :computed], maps)
-        torch.cat(steps, 1, out=saved[0, computed:].view(n, self.t, width))  # joined in place
+        if self.fed is None:  # every position: joined in place
+            torch.cat(steps, 1, out=saved[0, computed:].view(n, self.t, width))
+        else:
+            joined = torch.cat(steps, 1).view(n * self.t, width)  # (n t, out)
+            torch.index_select(joined, 0, self.fed, out=saved[0, computed:])  # (K, out)
         params = [p for pair in maps for p in pair]
         return _ReplayedLinear.apply(x, saved, *params)
 

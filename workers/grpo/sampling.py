@@ -195,6 +195,8 @@ class HFSampler:
         out = self._finish(prompt_ids, prompt_mask, tokens, ended, stopped, params)
         if logprobs is not None:
             out.logprobs = logprobs.masked_fill(out.completion_mask == 0, 0.0)  # (N, T)
+        if record is not None:
+            record.lengths = out.lengths  # the replay feeds what the training forward feeds
         out.record = record
         return out
 

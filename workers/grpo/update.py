@@ -66,6 +66,7 @@ def batch_logprobs(
                 out.completion_ids[rows, cols],
                 out.completion_mask[rows, cols],
                 temperature,
+                lengths=None if out.lengths is None else out.lengths[rows],
             )
             logprobs[rows, cols] = lp.float()  # (n, t)
     return logprobs.clone()  # a normal tensor: inference-mode ones cannot join autograd
@@ -110,6 +111,7 @@ def accumulate_gradients(
                 gen.temperature,
                 with_entropy,
                 tape,
+                None if out.lengths is None else out.lengths[s],
             )  # (n, t)
         loss, mb = grpo_loss(
             lp.float(),

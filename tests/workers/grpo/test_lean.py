@@ -94,21 +94,24 @@ def test_scoring_logits_and_gradient_match_the_model(name, share, sizes) -> None
 
     def run(fn):
         model.zero_grad()
-        logits = fn()
-        (logits * weights).sum().backward()
-        return logits.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+        logits, where = fn()  # (R, V), (R,)
+        (logits * weights.flatten(0, 1)[where]).sum().backward()
+        return logits.detach(), where, {k: p.grad.clone() for k, p in model.named_parameters()}
 
     def reference():
         full = torch.cat([ids, completion], 1)
         full_mask = torch.cat([mask, cmask.long()], 1)
         positions = (full_mask.cumsum(1) - 1).clamp(min=0)
         out = model(input_ids=full, attention_mask=full_mask, position_ids=positions)
-        return out.logits[:, ids.shape[1] - 1 : -1]
+        return out.logits[:, ids.shape[1] - 1 : -1].flatten(0, 1), torch.arange(n * t)
 
-    ours, our_grads = run(lambda: lean_logits(model, ids, mask, completion, cmask, share))
-    theirs, their_grads = run(reference)
-    valid = cmask.bool()
-    torch.testing.assert_close(ours[valid], theirs[valid], atol=1e-5, rtol=0)
+    ours, where, our_grads = run(lambda: lean_logits(model, ids, mask, completion, cmask, share))
+    theirs, _, their_grads = run(reference)
+    # each row's first token, then positions 1 .. L - 1 of a completion of length L: no more
+    assert where.tolist() == [i * t for i in range(n)] + [
+        i * t + j for i, length in enumerate(lengths.tolist()) for j in range(1, length)
+    ]
+    torch.testing.assert_close(ours, theirs[where], atol=1e-5, rtol=0)
     for k, g in their_grads.items():
         torch.testing.assert_close(our_grads[k], g, atol=1e-5, rtol=1e-4)
 
@@ -140,10 +143,10 @@ def test_scoring_in_inference_mode_takes_the_faster_kernel_with_the_same_numbers
     completion = torch.randint(1, 64, (ids.shape[0], 5), generator=torch.Generator().manual_seed(5))
     cmask = torch.ones_like(completion, dtype=torch.float)
     with torch.no_grad():
-        plain = lean_logits(model, ids, mask, completion, cmask)
+        plain, _ = lean_logits(model, ids, mask, completion, cmask)
     monkeypatch.setattr(lean, "onednn_is_faster", lambda *shape: onednn_faster)
     with torch.inference_mode(), profile() as prof:
-        scored = lean_logits(model, ids, mask, completion, cmask)
+        scored, _ = lean_logits(model, ids, mask, completion, cmask)
     used = any(e.key == "mkldnn::_linear_pointwise" for e in prof.key_averages())
     assert used == onednn_faster
     torch.testing.assert_close(scored, plain, atol=1e-5, rtol=0)

@@ -99,7 +99,9 @@ def test_logprobs_match_an_unpadded_forward(model_and_tokenizer) -> None:
             logits = model(ids).logits[0, len(prompt) - 1 : -1] / 0.7
         want = logits.log_softmax(-1).gather(-1, ids[0, len(prompt) :, None]).squeeze(-1)
         torch.testing.assert_close(lp[i, :length].detach(), want, atol=1e-5, rtol=0)
-    assert (entropy > 0).all()
+    scored = out.completion_mask.bool()
+    assert (entropy[scored] > 0).all() and (entropy[~scored] == 0).all()
+    assert (lp[~scored] == 0).all() and (~scored).any()  # past a completion's end: 0
 
 
 def test_chat_template_is_used_when_present(model_and_tokenizer) -> None:

@@ -211,9 +211,9 @@ def test_micro_batch_gradients_equal_the_one_batch_gradient(tiny_model, aggregat
     widths = []
     real = update_module.completion_logprobs
 
-    def spy(model, prompt_ids, prompt_mask, completion_ids, *args):
+    def spy(model, prompt_ids, prompt_mask, completion_ids, *args, **kwargs):
         widths.append(completion_ids.shape[1])
-        return real(model, prompt_ids, prompt_mask, completion_ids, *args)
+        return real(model, prompt_ids, prompt_mask, completion_ids, *args, **kwargs)
 
     monkeypatch.setattr(update_module, "completion_logprobs", spy)
     ref_lp = batch_logprobs(copy.deepcopy(model), out, gen.temperature, None)
