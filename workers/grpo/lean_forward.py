@@ -26,13 +26,25 @@ from workers.grpo.lean import LeanModel, Tape, attention, prompt_mask_4d
 
 
 def fed_index(lengths: list[int], t: int, device: torch.device) -> Tensor | None:
-    """Flat indices (K,) into the N x t completion positions of those that predict a
-    completion token: row i's first lengths[i] - 1 (position j predicts token j + 1). None when
-    that is every position. Built on the host from host-side lengths: no device read."""
-    if all(length > t for length in lengths):
+    """Flat indices (K,) into the N x t completion positions that are fed: every one that
+    predicts a completion token (row i's first lengths[i] - 1: position j predicts token
+    j + 1), then, row by row, as many past the ends as make K a multiple of 2^(floor(log2 K)
+    - 2) (at most a quarter more). None when that is every position. From host-side lengths:
+    no device read.
+
+    Why round K: every activation of the forward has K rows, and with K different at every
+    step the CPU's malloc keeps growing its heap around the holes that freed activations leave
+    (25M benchmark job, 30 steps: peak RSS 1225 -> 1320 MiB with exact K; 1238 rounded so).
+    """
+    n = len(lengths)
+    needed = (torch.arange(t) < (torch.tensor(lengths) - 1).unsqueeze(1)).flatten()  # (N t,)
+    k = sum(max(0, min(length - 1, t)) for length in lengths)
+    rounding = 1 << max(0, k.bit_length() - 3)  # 4 sizes an octave
+    k = min(n * t, -(-k // rounding) * rounding)
+    if k == n * t:
         return None
-    needed = torch.arange(t) < (torch.tensor(lengths) - 1).unsqueeze(1)  # (N, t)
-    return needed.flatten().nonzero().squeeze(1).to(device, non_blocking=True)  # (K,)
+    needed_first = torch.sort((~needed).to(torch.uint8), stable=True).indices  # (N t,)
+    return needed_first[:k].sort().values.to(device, non_blocking=True)  # (K,) in row order
 
 
 def _sequences(

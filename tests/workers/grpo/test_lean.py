@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 from tests.workers.grpo.helpers import LLAMA_FAMILY, SMALL_LM, small_lm
 from workers.grpo import lean
 from workers.grpo.lean import LeanDecoder, supported
-from workers.grpo.lean_forward import lean_logits
+from workers.grpo.lean_forward import fed_index, lean_logits
 from workers.grpo.sampling import _HFForward
 
 
@@ -107,13 +107,25 @@ def test_scoring_logits_and_gradient_match_the_model(name, share, sizes) -> None
 
     ours, where, our_grads = run(lambda: lean_logits(model, ids, mask, completion, cmask, share))
     theirs, _, their_grads = run(reference)
-    # each row's first token, then positions 1 .. L - 1 of a completion of length L: no more
-    assert where.tolist() == [i * t for i in range(n)] + [
-        i * t + j for i, length in enumerate(lengths.tolist()) for j in range(1, length)
-    ]
-    torch.testing.assert_close(ours, theirs[where], atol=1e-5, rtol=0)
+    # each row's first token, then tokens 1 .. L - 1 of a completion of length L (19 here),
+    # and past the ends in row order up to 20 (K rounded to 4 sizes an octave), no more
+    scored = [i * t + j for i, length in enumerate(lengths.tolist()) for j in range(1, length)]
+    assert where.tolist() == [i * t for i in range(n)] + sorted([*scored, 1 * t + 3])
+    valid = cmask.flatten()[where].bool()
+    torch.testing.assert_close(ours[valid], theirs[where][valid], atol=1e-5, rtol=0)
     for k, g in their_grads.items():
         torch.testing.assert_close(our_grads[k], g, atol=1e-5, rtol=1e-4)
+
+
+def test_fed_positions_are_the_completions_own_rounded_up() -> None:
+    """Positions that predict a completion token, then past-the-end ones in row order until
+    K is one of 4 sizes an octave (16, 20, 24, 28, 32, 40, ...); None when that is all."""
+    cpu = torch.device("cpu")
+    assert fed_index([3, 3], 2, cpu) is None  # every position predicts a token
+    needed = [*range(0, 8), *range(18, 28), 30]  # 19 of the 36 (rows of 6, 2, 0, 6, 4, 1)
+    assert fed_index([7, 3, 1, 7, 5, 2], 6, cpu).tolist() == sorted([*needed, 8])  # 20
+    assert fed_index([7, 7, 7, 7, 7, 6], 6, cpu) is None  # 35 rounds up to all 36
+    assert fed_index([1, 1], 4, cpu).tolist() == []  # one-token completions feed nothing
 
 
 def test_unsupported_models_fall_back(tiny_model) -> None:
