@@ -64,13 +64,30 @@ def _sequences(
     )
 
 
-def _equal_groups(group: Tensor, u: int) -> int | None:
-    """G when the rows are U groups of G consecutive rows each (GRPO's batches), else None
-    (one host sync, once per forward)."""
-    n = group.shape[0]
-    size = n // u
-    consecutive = torch.arange(u, device=group.device).repeat_interleave(size)
-    return size if n == u * size and torch.equal(group, consecutive) else None
+def _prompt_groups(
+    rows: Tensor, groups: list[int] | None, share: bool
+) -> tuple[Tensor, Tensor, int | None]:
+    """The distinct prompts (U, 2P) of `rows` (N, 2P) (prompt ids, mask), each row's one
+    (N,), and G when they are U runs of G consecutive rows each (GRPO's batches), else None.
+
+    `groups` (the host's group index of each row) decides without reading the device; without
+    it, equal consecutive rows are found on the device (on CUDA, two waits for the device)."""
+    n = rows.shape[0]
+    if not share:
+        return rows, torch.arange(n, device=rows.device), 1
+    if groups is not None:
+        starts = [i for i in range(n) if i == 0 or groups[i] != groups[i - 1]]
+        runs = {b - a for a, b in zip(starts, [*starts[1:], n], strict=True)}
+        boundaries = torch.tensor(starts[1:], dtype=torch.long)
+        inverse = torch.bucketize(torch.arange(n), boundaries, right=True)  # (N,)
+        index = torch.tensor(starts).to(rows.device, non_blocking=True)  # (U,)
+        group = inverse.to(rows.device, non_blocking=True)
+        return rows.index_select(0, index), group, runs.pop() if len(runs) == 1 else None
+    unique, group = torch.unique_consecutive(rows, dim=0, return_inverse=True)  # (U, 2P), (N,)
+    u = unique.shape[0]
+    consecutive = torch.arange(u, device=rows.device).repeat_interleave(n // u)
+    equal = n % u == 0 and torch.equal(group, consecutive)
+    return unique, group, n // u if equal else None
 
 
 def _after_prompts(prompt: Tensor, completion: Tensor, group: Tensor, size: int | None) -> Tensor:
@@ -95,6 +112,7 @@ def lean_logits(
     share_prompts: bool = True,
     tape: Tape | None = None,
     lengths: list[int] | None = None,
+    groups: list[int] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Logits (R, V) that predict completion tokens, and their flat positions (R,) in the
     (N, T) completion; differentiable. R = N + K: each row's first token (predicted by its
@@ -105,7 +123,9 @@ def lean_logits(
     are the same up to float summation order, which then depends on how rows are grouped.
     `tape` maps the completion positions' linear maps (a `replay.Replay` of the decode's, made
     with the same `lengths`). `lengths`: the completions' lengths (the mask's row sums) on the
-    host; None reads them from `completion_mask`.
+    host; None reads them from `completion_mask`. `groups`: each row's group on the host
+    (`sampling.Generation.groups`; a group's rows are consecutive and share their prompt);
+    None finds equal consecutive prompts on the device.
     """
     n, p = prompt_ids.shape
     t = completion_ids.shape[1] - 1  # the last token predicts nothing we score: not fed
@@ -115,10 +135,7 @@ def lean_logits(
     dtype = torch.get_autocast_dtype(device.type) if autocast else weight.dtype
     lean = LeanModel(model, fuse=False, dtype=dtype)
     rows = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], 1)  # (N, 2P)
-    if share_prompts:
-        unique, group = torch.unique_consecutive(rows, dim=0, return_inverse=True)  # (U, 2P), (N,)
-    else:
-        unique, group = rows, torch.arange(n, device=device)  # (N, 2P), (N,)
+    unique, group, size = _prompt_groups(rows, groups, share_prompts)  # (U, 2P), (N,)
     u_ids, u_mask = unique[:, :p], unique[:, p:]  # (U, P)
     u_pos = (u_mask.cumsum(1) - 1).clamp(min=0)  # (U, P)
     if lengths is None:
@@ -138,7 +155,6 @@ def lean_logits(
     # element-wise op runs once over all rows (one weight-gradient product for both); only
     # attention takes them apart.
     u, m = unique.shape[0], unique.shape[0] * p
-    size = _equal_groups(group, u) if t > 0 else None
     tape = tape if t > 0 else None  # one-token completions: no decode step to replay
     x = F.embedding(torch.cat([u_ids.flatten(), c_ids]), lean.embed).unsqueeze(0)  # (1, M, E)
     for i in range(len(lean.layers)):

@@ -31,15 +31,23 @@ def completion_logits(
     completion_mask: Tensor,
     tape: Tape | None = None,
     lengths: list[int] | None = None,
+    groups: list[int] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Logits (R, V) that predict completion tokens and their flat positions (R,) in the
-    (N, T) completion: the lean forward's rows (`lean_forward.lean_logits`; `tape` and host-side
-    `lengths` as there), or all N T rows of the model's own forward (a model the lean forward
-    does not cover never gets a tape)."""
+    (N, T) completion: the lean forward's rows (`lean_forward.lean_logits`; `tape` and the
+    host-side `lengths` and `groups` as there), or all N T rows of the model's own forward (a
+    model the lean forward does not cover never gets a tape)."""
     width = prompt_ids.shape[1] + completion_ids.shape[1]
     if supported(model, width):
         return lean_logits(
-            model, prompt_ids, prompt_mask, completion_ids, completion_mask, True, tape, lengths
+            model,
+            prompt_ids,
+            prompt_mask,
+            completion_ids,
+            completion_mask,
+            tape=tape,
+            lengths=lengths,
+            groups=groups,
         )
     ids = torch.cat([prompt_ids, completion_ids], 1)  # (N, P + T)
     mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)  # (N, P + T)
@@ -60,11 +68,13 @@ def completion_logprobs(
     with_entropy: bool = False,
     tape: Tape | None = None,
     lengths: list[int] | None = None,
+    groups: list[int] | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs (N, T) of `completion_ids` and, if asked, the per-token entropy (N, T); both
-    0 where `completion_mask` is 0. `lengths`: the mask's row sums on the host, if known."""
+    0 where `completion_mask` is 0. `lengths` (the mask's row sums) and `groups` (each row's
+    group: `sampling.Generation`) on the host, if known, spare reads from the device."""
     logits, where = completion_logits(
-        model, prompt_ids, prompt_mask, completion_ids, completion_mask, tape, lengths
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, tape, lengths, groups
     )  # (R, V), (R,)
     logits = logits.float()  # no copy when already fp32
     if temperature != 1.0:

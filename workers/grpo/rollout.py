@@ -120,6 +120,10 @@ def merge_generations(
     lengths = (
         None if any(p.lengths is None for p in parts) else [parts[p].lengths[r] for p, r in rows]
     )
+    groups = None
+    if all(p.groups is not None for p in parts):  # renumbered: parts number theirs from 0
+        first: dict[tuple[int, int], int] = {}
+        groups = [first.setdefault((p, parts[p].groups[r]), len(first)) for p, r in rows]
     return Generation(
         column("prompt_ids", width_p, pad_id, True),
         column("prompt_mask", width_p, 0, True),
@@ -129,4 +133,5 @@ def merge_generations(
         torch.stack([parts[part].truncated[row] for part, row in rows]),
         column("logprobs", width_c, 0.0, False) if kept else None,
         lengths,
+        groups=groups,
     )

@@ -45,6 +45,7 @@ class Generation:
     logprobs: Tensor | None = None  # (N, T) log pi of each sampled token, 0 after the end
     lengths: list[int] | None = None  # N completion lengths (the mask's row sums), on the host
     record: DecodeRecord | None = None  # the decode steps' linear outputs (keep_activations)
+    groups: list[int] | None = None  # N group indices on the host (a group's rows: consecutive)
 
 
 class Sampler(Protocol):
@@ -198,6 +199,7 @@ class HFSampler:
         if record is not None:
             record.lengths = out.lengths  # the replay feeds what the training forward feeds
         out.record = record
+        out.groups = [row // group_size for row in range(prompt_ids.shape[0])]
         return out
 
     def _decode(

@@ -67,6 +67,7 @@ def batch_logprobs(
                 out.completion_mask[rows, cols],
                 temperature,
                 lengths=None if out.lengths is None else out.lengths[rows],
+                groups=None if out.groups is None else out.groups[rows],
             )
             logprobs[rows, cols] = lp.float()  # (n, t)
     return logprobs.clone()  # a normal tensor: inference-mode ones cannot join autograd
@@ -112,6 +113,7 @@ def accumulate_gradients(
                 with_entropy,
                 tape,
                 None if out.lengths is None else out.lengths[s],
+                None if out.groups is None else out.groups[s],
             )  # (n, t)
         loss, mb = grpo_loss(
             lp.float(),

@@ -117,6 +117,23 @@ def test_scoring_logits_and_gradient_match_the_model(name, share, sizes) -> None
         torch.testing.assert_close(our_grads[k], g, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("groups", [[0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1], [0, 0, 1, 1, 2, 2]])
+def test_host_side_groups_give_the_device_grouping(groups) -> None:
+    """Groups known on the host (the sampler's) share prompts as finding equal consecutive
+    prompts on the device does, also when two groups hold the same prompt (last case)."""
+    model = MODELS["llama"].eval()
+    ids, mask = _prompts((3, 3) if groups[3] == 1 else (4, 2))
+    if groups[-1] == 2:  # rows 0-3 one prompt in two groups of 2
+        ids, mask = _prompts((4, 2))
+    completion = torch.randint(1, 64, (6, 5), generator=torch.Generator().manual_seed(8))
+    cmask = (torch.arange(5) < torch.tensor([5, 2, 4, 5, 1, 3])[:, None]).float()
+    with torch.no_grad():
+        on_device, where = lean_logits(model, ids, mask, completion, cmask)
+        from_host, host_where = lean_logits(model, ids, mask, completion, cmask, groups=groups)
+    assert torch.equal(where, host_where)
+    torch.testing.assert_close(from_host, on_device, atol=1e-5, rtol=0)
+
+
 def test_fed_positions_are_the_completions_own_rounded_up() -> None:
     """Positions that predict a completion token, then past-the-end ones in row order until
     K is one of 4 sizes an octave (16, 20, 24, 28, 32, 40, ...); None when that is all."""

@@ -38,6 +38,7 @@ class FakeSampler:
             texts,
             torch.zeros(len(rows), dtype=torch.bool),
             -completion_mask * (1 + torch.arange(len(rows)))[:, None] if keep_logprobs else None,
+            groups=[i // group_size for i in range(len(rows))],
         )
 
 
@@ -98,6 +99,8 @@ def test_flat_groups_are_refilled_until_none_is_left():
     assert (out.prompt_ids[out.prompt_mask == 0] == PAD).all()
     assert (out.completion_ids[out.completion_mask == 0] == PAD).all()
     assert (out.prompt_mask[:, -1] == 1).all()  # left padding: prompts end at the right edge
+    # spread-b and spread-a were both group 1 of their draws: renumbered, still two groups
+    assert out.groups == [0, 0, 1, 1, 2, 2]
 
 
 def test_kept_logprobs_follow_their_rows_through_the_refill():
