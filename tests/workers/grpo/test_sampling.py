@@ -135,3 +135,36 @@ def test_kept_logprobs_are_pi_old_of_the_training_pass(model_and_tokenizer, lean
     mask = out.completion_mask.bool()
     torch.testing.assert_close(out.logprobs[mask], scored.detach()[mask], rtol=0, atol=2e-5)
     assert (out.logprobs[~mask] == 0).all() and (out.logprobs[mask] < 0).all()
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_reading_the_ends_every_few_steps_gives_the_same_completions(
+    model_and_tokenizer, monkeypatch, lean
+) -> None:
+    """As on an accelerator (every 8 steps): the pad steps decoded after the last end are cut,
+    the completions, masks and pi_old are those of reading the ends at every step."""
+    from workers.grpo import lean as lean_module
+    from workers.grpo import sampling
+
+    model, tokenizer = model_and_tokenizer
+    steps: list[int] = []
+    for cls, name in ((lean_module.LeanDecoder, "step"), (sampling._HFForward, "step")):
+        real = getattr(cls, name)
+        monkeypatch.setattr(
+            cls, name, lambda self, tokens, _real=real: steps.append(1) or _real(self, tokens)
+        )
+    params = GenerationParams(max_new_tokens=40)
+    outs, decoded = [], []
+    for every in (1, 8):
+        steps.clear()
+        sampler = HFSampler(model, tokenizer, torch.Generator().manual_seed(4), lean, None, every)
+        outs.append(sampler.generate(PROMPTS, 4, params, keep_logprobs=True))
+        decoded.append(len(steps))
+    each, every8 = outs
+    assert not each.truncated.any()  # all ended before 40 tokens, at different steps
+    last_end = max(each.lengths)
+    assert decoded[0] == last_end - 1 and decoded[1] == min(-(-last_end // 8) * 8, 40) - 1
+    assert decoded[1] > decoded[0]  # pads were decoded past the last end, then cut
+    assert each.texts == every8.texts and each.lengths == every8.lengths
+    for field in ("completion_ids", "completion_mask", "logprobs"):
+        assert torch.equal(getattr(each, field), getattr(every8, field)), field
