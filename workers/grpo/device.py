@@ -9,7 +9,7 @@ On CPU, `use_cpu_weight_layout` can store every linear layer's weight (out, in) 
 one with a transposed operand, which for the few-row products of decoding through the model's
 own forward is markedly faster (16 rows x 512 -> 1536 on one core: 365 -> 270 us; one 25M-model
 generation: 0.685 -> 0.626 s). Models the lean decoder covers decode on packed copies instead
-(lean.py), and there row-major is better: the fused AdamW step copies every non-contiguous
+(lean_decode.py), and there row-major is better: the fused AdamW step copies every non-contiguous
 weight's gradient (25M parameters: 44 -> 16 ms a step) and packing reads row-major without a
 copy. Same values, same shapes either way; gradients and optimizer state follow the layout;
 checkpoints are written contiguous by `save_pretrained`.

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from workers.grpo.config import GenerationParams
-from workers.grpo.lean import LeanDecoder
+from workers.grpo.lean_decode import LeanDecoder
 from workers.grpo.replay import DecodeRecord
 
 Prompt = str | list[dict[str, str]]

@@ -13,7 +13,8 @@ from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from tests.workers.grpo.helpers import LLAMA_FAMILY, SMALL_LM, small_lm
 from workers.grpo import lean
-from workers.grpo.lean import LeanDecoder, supported
+from workers.grpo.lean import supported
+from workers.grpo.lean_decode import LeanDecoder
 from workers.grpo.lean_forward import fed_index, lean_logits
 from workers.grpo.sampling import _HFForward
 

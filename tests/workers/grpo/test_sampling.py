@@ -143,12 +143,11 @@ def test_reading_the_ends_every_few_steps_gives_the_same_completions(
 ) -> None:
     """As on an accelerator (every 8 steps): the pad steps decoded after the last end are cut,
     the completions, masks and pi_old are those of reading the ends at every step."""
-    from workers.grpo import lean as lean_module
-    from workers.grpo import sampling
+    from workers.grpo import lean_decode, sampling
 
     model, tokenizer = model_and_tokenizer
     steps: list[int] = []
-    for cls, name in ((lean_module.LeanDecoder, "step"), (sampling._HFForward, "step")):
+    for cls, name in ((lean_decode.LeanDecoder, "step"), (sampling._HFForward, "step")):
         real = getattr(cls, name)
         monkeypatch.setattr(
             cls, name, lambda self, tokens, _real=real: steps.append(1) or _real(self, tokens)
