@@ -250,7 +250,7 @@ class HFSampler:
             ended |= nxt == eos
             if params.stop:
                 self._check_stops(torch.stack(out, 1), ended, stop_len, params.stop, t + 1)
-            if t + 1 == params.max_new_tokens or ((t + 1) % check_every == 0 and ended.all()):
+            if t + 1 == params.max_new_tokens or ((t + 1) % check_every == 0 and bool(ended.all())):
                 break
             if record is not None:
                 record.column = t  # this step feeds completion token t

@@ -47,6 +47,15 @@ def micro_batches(out: Generation, size: int | None) -> list[tuple[slice, slice]
     return windows
 
 
+def host_side(out: Generation, rows: slice) -> dict[str, list[int] | None]:
+    """The rows' completion lengths and groups as the sampler knows them on the host (None
+    where it does not): the forward then reads neither from the device."""
+    return {
+        "lengths": None if out.lengths is None else out.lengths[rows],
+        "groups": None if out.groups is None else out.groups[rows],
+    }
+
+
 def batch_logprobs(
     model: Any,
     out: Generation,
@@ -66,8 +75,7 @@ def batch_logprobs(
                 out.completion_ids[rows, cols],
                 out.completion_mask[rows, cols],
                 temperature,
-                lengths=None if out.lengths is None else out.lengths[rows],
-                groups=None if out.groups is None else out.groups[rows],
+                **host_side(out, rows),
             )
             logprobs[rows, cols] = lp.float()  # (n, t)
     return logprobs.clone()  # a normal tensor: inference-mode ones cannot join autograd
@@ -112,8 +120,7 @@ def accumulate_gradients(
                 gen.temperature,
                 with_entropy,
                 tape,
-                None if out.lengths is None else out.lengths[s],
-                None if out.groups is None else out.groups[s],
+                **host_side(out, s),
             )  # (n, t)
         loss, mb = grpo_loss(
             lp.float(),
