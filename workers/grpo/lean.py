@@ -274,12 +274,6 @@ class LeanModel:
         qk = rotate(qk.transpose(1, 2), cos, sin)  # (N, H + Hk, S, D)
         return qk[:, :h], qk[:, h:], v.transpose(1, 2)
 
-    def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, i: int, tape: Tape | None = None
-    ) -> Tensor:
-        """Attention output projected back (N, S, E); mask (N, 1, S, L) True = may attend."""
-        return self.linear_map(attention(q, k, v, mask), i, "out", tape)  # (N, S, E)
-
     def mlp(self, x: Tensor, i: int, tape: Tape | None = None) -> Tensor:
         lay = self.layers[i]
         gate, up = self.linear_map(_rms(x, lay.norm2), i, "gate_up", tape).chunk(2, -1)  # (N, S, I)

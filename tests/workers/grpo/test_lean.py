@@ -12,9 +12,9 @@ import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from tests.workers.grpo.helpers import LLAMA_FAMILY, SMALL_LM, small_lm
-from workers.grpo import lean
-from workers.grpo.lean import supported
-from workers.grpo.lean_decode import LeanDecoder
+from workers.grpo import lean, lean_decode
+from workers.grpo.lean import attention, supported
+from workers.grpo.lean_decode import LeanDecoder, shared_prompt_attention
 from workers.grpo.lean_forward import fed_index, lean_logits
 from workers.grpo.sampling import _HFForward
 
@@ -41,7 +41,10 @@ def _prompts(sizes: tuple[int, ...] = (3, 3), width: int = 6):
 @pytest.mark.parametrize("name", list(MODELS))
 @pytest.mark.parametrize("fuse", [True, False])
 @pytest.mark.parametrize("pack", [True, False])
-def test_decode_logits_match_the_model(name, fuse, pack) -> None:
+@pytest.mark.parametrize("share", [True, False])
+def test_decode_logits_match_the_model(monkeypatch, name, fuse, pack, share) -> None:
+    """Step by step, also with the prompts' keys and values kept once per group (`share`)."""
+    monkeypatch.setattr(lean_decode, "SHARE_MIN_PROMPT_BYTES", 0 if share else 2**40)
     model = MODELS[name].eval()
     ids, mask = _prompts()
     steps = torch.randint(1, 64, (5, ids.shape[0]), generator=torch.Generator().manual_seed(2))
@@ -51,15 +54,20 @@ def test_decode_logits_match_the_model(name, fuse, pack) -> None:
         assert all(packed) if pack else not any(packed)
         assert (lean.lean.packed_head is not None) == pack
         a, b = lean.prefill(ids, mask, 5), ref.prefill(ids, mask, 5)
+        width = 5 if share else ids.shape[1] + 5  # the cache: completions only when shared
+        assert [k.shape[0] for k, _ in lean.prompts] == [2] * len(lean.cache) * share
+        assert {k.shape[2] for k, _ in lean.cache} == {width}
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
         for tokens in steps:
             torch.testing.assert_close(lean.step(tokens), ref.step(tokens), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("sizes", [(4, 2), (1, 1, 1), (5, 1)])
+@pytest.mark.parametrize("sizes", [(4, 2), (1, 1, 1), (5, 1), (3, 3)])
 def test_prefill_runs_each_distinct_prompt_once(monkeypatch, sizes) -> None:
     """A group's prompt goes through the layers once; every row of the group gets its keys and
-    values and decodes on as with its own prefill."""
+    values (kept once per group where groups have one size > 1) and decodes on as with its own
+    prefill."""
+    monkeypatch.setattr(lean_decode, "SHARE_MIN_PROMPT_BYTES", 0)
     model = MODELS["qwen2"].eval()
     ids, mask = _prompts(sizes)
     n, p = ids.shape
@@ -76,9 +84,32 @@ def test_prefill_runs_each_distinct_prompt_once(monkeypatch, sizes) -> None:
         decoder, ref = LeanDecoder(model, rows=n), _HFForward(model)
         a, b = decoder.prefill(ids, mask, 4), ref.prefill(ids, mask, 4)
         assert set(rows) == {len(sizes) * p}
+        assert bool(decoder.prompts) == (sizes == (3, 3))
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
         for tokens in steps:
             torch.testing.assert_close(decoder.step(tokens), ref.step(tokens), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(("heads", "kv_heads"), [(4, 4), (4, 2), (6, 1)])
+def test_shared_prompt_attention_is_attention_over_prompt_and_own_keys(heads, kv_heads) -> None:
+    """Against attention over each row's copy of its prompt's keys then its own, with a
+    padded prompt and grouped-query heads."""
+    gen = torch.Generator().manual_seed(3)
+    u, g, p, c, d = 2, 3, 5, 4, 8
+    n = u * g
+    q = torch.randn(n, heads, 1, d, generator=gen)
+    prompt = [torch.randn(u, kv_heads, p, d, generator=gen) for _ in range(2)]
+    own = [torch.randn(n, kv_heads, c, d, generator=gen) for _ in range(2)]
+    seen = torch.ones(u, p, dtype=torch.bool)
+    seen[1, :2] = False  # the second prompt is left-padded
+    bias = torch.zeros(u, 1, 1, p).masked_fill(~seen[:, None, None], float("-inf"))
+    keys, values = (
+        torch.cat([z.repeat_interleave(g, 0), o], 2) for z, o in zip(prompt, own, strict=True)
+    )
+    mask = torch.cat([seen.repeat_interleave(g, 0), torch.ones(n, c, dtype=torch.bool)], 1)
+    expected = attention(q, keys, values, mask[:, None, None])  # (N, 1, H D)
+    got = shared_prompt_attention(q, (prompt[0], prompt[1]), bias, own[0], own[1])
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", list(MODELS))
