@@ -41,29 +41,45 @@ SHARE_MIN_PROMPT_BYTES = 64 * 2**10
 
 
 def shared_prompt_attention(
-    q: Tensor, prompt: tuple[Tensor, Tensor], prompt_bias: Tensor, keys: Tensor, values: Tensor
+    q: Tensor,
+    prompt: tuple[Tensor, Tensor],
+    prompt_bias: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    rows: Tensor | None = None,
+    total: int = 0,
 ) -> Tensor:
-    """Heads joined (N, 1, H * D) of one new position per row, q (N, H, 1, D), attending to its
-    group's prompt and to its own completion so far: one softmax over both, as one attention
-    over their concatenation. Rows: U groups of G consecutive rows. `prompt`: keys, values
-    (U, Hk, P, D); `prompt_bias` (U, 1, 1, P) 0 or -inf (padding); `keys`, `values`
-    (N, Hk, C, D) the row's own positions, all attended to. Query head j reads key head
+    """Heads joined (A, 1, H * D) of one new position per row, q (A, H, 1, D), attending to
+    its group's prompt and to its own completion so far: one softmax over both, as one
+    attention over their concatenation. The `total` rows N form U groups of G consecutive
+    rows; `rows` (A,) says which of them q holds (None: all, and N = A). `prompt`: keys,
+    values (U, Hk, P, D); `prompt_bias` (U, 1, 1, P) 0 or -inf (padding); `keys`, `values`
+    (A, Hk, C, D) the row's own positions, all attended to. Query head j reads key head
     j // (H / Hk), as grouped-query attention does."""
-    n, h, _, d = q.shape
+    a, h, _, d = q.shape
     (u, hk, p, _), c = prompt[0].shape, keys.shape[2]
-    g, r = n // u, h // hk
-    scale = d**-0.5
-    q = q.reshape(n, hk, r, d)  # (N, Hk, R, D)
-    grouped = q.view(u, g, hk, r, d).transpose(1, 2).reshape(u, hk, g * r, d)  # (U, Hk, G R, D)
-    on_prompt = torch.matmul(grouped, prompt[0].transpose(-1, -2)) * scale + prompt_bias
+    r = h // hk
+    n = a if rows is None else total
+    g = n // u
+    q = q.reshape(a, hk, r, d) * d**-0.5  # (A, Hk, R, D)
+    every = q if rows is None else q.new_zeros(n, hk, r, d).index_copy_(0, rows, q)  # (N, ...)
+    grouped = every.view(u, g, hk, r, d).transpose(1, 2).reshape(u, hk, g * r, d)
+    on_prompt = torch.matmul(grouped, prompt[0].transpose(-1, -2)) + prompt_bias  # (U, Hk, G R, P)
     on_prompt = on_prompt.view(u, hk, g, r, p).transpose(1, 2).reshape(n, hk, r, p)
-    on_own = torch.matmul(q, keys.transpose(-1, -2)) * scale  # (N, Hk, R, C)
-    weights = torch.cat([on_prompt, on_own], -1).softmax(-1)  # (N, Hk, R, P + C)
+    if rows is not None:
+        on_prompt = on_prompt.index_select(0, rows)  # (A, Hk, R, P)
+    on_own = torch.matmul(q, keys.transpose(-1, -2))  # (A, Hk, R, C)
+    weights = torch.cat([on_prompt, on_own], -1).softmax(-1)  # (A, Hk, R, P + C)
     w_prompt, w_own = weights.split([p, c], -1)
+    if rows is not None:
+        w_prompt = w_prompt.new_zeros(n, hk, r, p).index_copy_(0, rows, w_prompt)
     w_prompt = w_prompt.reshape(u, g, hk, r, p).transpose(1, 2).reshape(u, hk, g * r, p)
     from_prompt = torch.matmul(w_prompt, prompt[1]).view(u, hk, g, r, d).transpose(1, 2)
-    out = from_prompt.reshape(n, h, d) + torch.matmul(w_own, values).view(n, h, d)  # (N, H, D)
-    return out.reshape(n, 1, h * d)
+    from_prompt = from_prompt.reshape(n, h, d)  # (N, H, D)
+    if rows is not None:
+        from_prompt = from_prompt.index_select(0, rows)  # (A, H, D)
+    out = from_prompt + torch.matmul(w_own, values).view(a, h, d)  # (A, H, D)
+    return out.reshape(a, 1, h * d)
 
 
 class LeanDecoder:
@@ -100,6 +116,8 @@ class LeanDecoder:
         self.prompts: list[tuple[Tensor, Tensor]] = []
         self.prompt_bias = torch.zeros(0, 1, 1, 0)
         self.cached_from = 0
+        self.rows: Tensor | None = None  # (A,) the rows of the batch still decoded; None: all
+        self.total = 0  # rows N of the batch prefilled
         self.rope_table = (torch.zeros(0, 0), torch.zeros(0, 0))  # cos, sin (L, D) by position
         self.length = 0
         self.positions = torch.zeros(0, dtype=torch.long)  # (N,) position of the last token
@@ -131,7 +149,9 @@ class LeanDecoder:
                 keys[:, :, a:b], values[:, :, a:b] = k, v
                 k, v = keys[:, :, :b], values[:, :, :b]  # (N, Hk, L, D)
                 if self.prompts:
-                    o = shared_prompt_attention(q, self.prompts[i], self.prompt_bias, k, v)
+                    o = shared_prompt_attention(
+                        q, self.prompts[i], self.prompt_bias, k, v, self.rows, self.total
+                    )
                 else:
                     o = attention(q, k, v, mask)  # (N, S, E)
             x = x + lean.linear_map(o, i, "out", tape)
@@ -154,7 +174,7 @@ class LeanDecoder:
         item = torch.finfo(self.lean.dtype).bits // 8
         prompt_bytes = 2 * p * self.lean.kv_heads * self.lean.head_dim * item
         share = share and prompt_bytes >= SHARE_MIN_PROMPT_BYTES
-        self.cached_from = p if share else 0
+        self.cached_from, self.rows, self.total = (p if share else 0), None, n
         self._empty_cache(n, p + max_new_tokens - self.cached_from, ids.device)
         self.prompts = [(torch.zeros(0), torch.zeros(0))] * len(self.cache) if share else []
         # Per step, few ops: an additive key mask (0 or -inf) and RoPE looked up from a table.
@@ -184,9 +204,16 @@ class LeanDecoder:
         ]
         self.cache = list(zip(new[::2], new[1::2], strict=True))
 
+    def retire(self, keep: Tensor) -> None:
+        """Decode on only the rows `keep` (A,) (indices into the rows decoded so far): their
+        cache rows, key masks and positions are copied out, the others' dropped."""
+        self.cache = [(k.index_select(0, keep), v.index_select(0, keep)) for k, v in self.cache]
+        self.key_bias, self.positions = self.key_bias.index_select(0, keep), self.positions[keep]
+        self.rows = keep if self.rows is None else self.rows[keep]
+
     def step(self, tokens: Tensor) -> Tensor:
-        """Feed one token per row (N,); logits (N, V) of the next."""
-        self.positions = self.positions + 1  # (N,)
+        """Feed one token (A,) to each row still decoded; logits (A, V) of the next."""
+        self.positions = self.positions + 1  # (A,)
         n, d = tokens.shape[0], self.lean.head_dim
         cos, sin = (t[self.positions].view(n, 1, 1, d) for t in self.rope_table)  # (N, 1, 1, D)
         mask = self.key_bias[:, None, None, : self.length + 1]  # (N, 1, 1, L)

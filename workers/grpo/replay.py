@@ -33,22 +33,31 @@ def weight_versions(model: Any) -> list[int]:
 
 
 class DecodeRecord:
-    """The outputs (N, 1, out) of every linear map at every decode step, per (layer, map name).
+    """The outputs (A, 1, out) of every linear map at every decode step, per (layer, map name).
 
-    Step j (kept j-th) fed completion token j, the training forward's position j; the sampler
-    sets `column` to j before each step. A `lean.Tape` of the decode steps. The outputs are
-    kept as they are (a reference each: no copy in the decode loop, where a copy into a
-    preallocated buffer cost a 3M model's generation ~25%) and joined when replayed.
+    Step j (kept j-th) fed completion token j, the training forward's position j, to the A
+    rows of the batch of N still decoded; the sampler calls `begin(j, rows)` before each step.
+    A `lean.Tape` of the decode steps. The outputs are kept as they are (a reference each: no
+    copy in the decode loop, where a copy into a preallocated buffer cost a 3M model's
+    generation ~25%) and joined when replayed; rows no longer decoded are zeros there (they
+    only ever feed positions past a completion's end: masked out, gradient 0).
     """
 
-    def __init__(self, model: Any) -> None:
-        self.model, self.versions = model, weight_versions(model)
+    def __init__(self, model: Any, batch: int) -> None:
+        self.model, self.versions, self.batch = model, weight_versions(model), batch
         self.column = -1
         self.outputs: dict[tuple[int, str], list[Tensor]] = {}
+        self.rows: dict[int, Tensor] = {}  # step -> the rows (A,) it decoded, where not all N
         self.lengths: list[int] | None = None  # the completions' lengths, set by the sampler
 
+    def begin(self, column: int, rows: Tensor | None) -> None:
+        """The next step feeds completion token `column` to `rows` (A,) (None: all)."""
+        self.column = column
+        if rows is not None:
+            self.rows[column] = rows
+
     def __call__(self, x: Tensor, maps: Linear, layer: int, name: str) -> Tensor:
-        """The map's output (N, 1, out) for the step's input x (N, 1, in), kept."""
+        """The map's output (A, 1, out) for the step's input x (A, 1, in), kept."""
         y = apply_linear(x, maps)
         steps = self.outputs.setdefault((layer, name), [])
         if len(steps) != self.column:
@@ -81,7 +90,7 @@ class Replay:
         positions (row by row) replayed."""
         outputs = self.record.outputs
         steps = outputs.pop((layer, name)) if self.release else outputs[layer, name]
-        steps = steps[: self.t]  # t of (N, 1, out)
+        steps = [self._every_row(j, step) for j, step in enumerate(steps[: self.t])]  # (N, 1, out)
         if range(*self.rows.indices(steps[0].shape[0])) != range(steps[0].shape[0]):
             steps = [step[self.rows] for step in steps]  # t of (n, 1, out)
         n, _, width = steps[0].shape
@@ -97,6 +106,13 @@ class Replay:
             torch.index_select(joined, 0, self.fed, out=saved[0, computed:])  # (K, out)
         params = [p for pair in maps for p in pair]
         return _ReplayedLinear.apply(x, saved, *params)
+
+    def _every_row(self, column: int, step: Tensor) -> Tensor:
+        """Step `column`'s outputs (N, 1, out): zeros in the rows it no longer decoded."""
+        rows = self.record.rows.get(column)
+        if rows is None:
+            return step
+        return step.new_zeros(self.record.batch, *step.shape[1:]).index_copy_(0, rows, step)
 
 
 class _ReplayedLinear(torch.autograd.Function):

@@ -16,7 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.workers.grpo.helpers import LLAMA_FAMILY, small_lm
-from workers.grpo import replay, trainer
+from workers.grpo import replay, sampling, trainer
 from workers.grpo.config import GenerationParams, TrainSpec
 from workers.grpo.device import use_cpu_weight_layout
 from workers.grpo.lean_forward import fed_index
@@ -63,13 +63,17 @@ def _logprobs_and_grads(model, out, tape, temperature: float):
 
 @pytest.mark.parametrize("name", LLAMA_FAMILY)
 @pytest.mark.parametrize("column_major", [True, False])
+@pytest.mark.parametrize("retire", [True, False])
 def test_replayed_forward_gives_the_fresh_forward(
-    tiny_model: Path, name: str, column_major: bool
+    monkeypatch, tiny_model: Path, name: str, column_major: bool, retire: bool
 ) -> None:
+    """Also where the decode loop dropped rows as they ended (`retire`: at every end)."""
+    monkeypatch.setattr(sampling, "RETIRE_AT", 0.99 if retire else 0.0)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     model = _model(name, len(tokenizer), tokenizer.eos_token_id, column_major)
     out = _sample(model, tokenizer, temperature=0.7)
     assert out.record is not None and out.record.usable_by(model)
+    assert bool(out.record.rows) == retire  # steps that decoded only some rows
     t = out.completion_ids.shape[1]
     lengths = out.completion_mask.sum(1)
     assert t > 2 and lengths.min() < lengths.max()  # rows ended at different steps

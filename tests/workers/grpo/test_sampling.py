@@ -142,7 +142,8 @@ def test_reading_the_ends_every_few_steps_gives_the_same_completions(
     model_and_tokenizer, monkeypatch, lean
 ) -> None:
     """As on an accelerator (every 8 steps): the pad steps decoded after the last end are cut,
-    the completions, masks and pi_old are those of reading the ends at every step."""
+    the completions, masks and pi_old (up to rounding) are those of reading the ends at every
+    step."""
     from workers.grpo import lean_decode, sampling
 
     model, tokenizer = model_and_tokenizer
@@ -165,5 +166,43 @@ def test_reading_the_ends_every_few_steps_gives_the_same_completions(
     assert decoded[0] == last_end - 1 and decoded[1] == min(-(-last_end // 8) * 8, 40) - 1
     assert decoded[1] > decoded[0]  # pads were decoded past the last end, then cut
     assert each.texts == every8.texts and each.lengths == every8.lengths
-    for field in ("completion_ids", "completion_mask", "logprobs"):
+    for field in ("completion_ids", "completion_mask"):
         assert torch.equal(getattr(each, field), getattr(every8, field)), field
+    # the ended rows are retired at other steps: products over other row counts, other rounding
+    torch.testing.assert_close(each.logprobs, every8.logprobs, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_ended_rows_stop_being_decoded_with_the_same_completions(
+    model_and_tokenizer, monkeypatch, share
+) -> None:
+    """The lean decoder drops rows as they end (`RETIRE_AT`): fewer rows fed per step, the
+    completions, masks and pi_old (up to rounding) of decoding every row to the end, also
+    where the prompts' keys and values are kept once per group."""
+    from workers.grpo import lean_decode, sampling
+
+    monkeypatch.setattr(lean_decode, "SHARE_MIN_PROMPT_BYTES", 0 if share else 2**40)
+    model, tokenizer = model_and_tokenizer
+    rows: list[int] = []
+    real = lean_decode.LeanDecoder.step
+    monkeypatch.setattr(
+        lean_decode.LeanDecoder,
+        "step",
+        lambda self, tokens: rows.append(tokens.shape[0]) or real(self, tokens),
+    )
+    params = GenerationParams(max_new_tokens=40)
+    outs, fed = [], []
+    for retire_at in (0.0, 0.75):
+        monkeypatch.setattr(sampling, "RETIRE_AT", retire_at)
+        rows.clear()
+        sampler = HFSampler(model, tokenizer, torch.Generator().manual_seed(4))
+        outs.append(sampler.generate(PROMPTS, 4, params, keep_logprobs=True))
+        fed.append(list(rows))
+    kept, retired = outs
+    assert set(fed[0]) == {8} and len(fed[1]) == len(fed[0])
+    assert fed[1] == sorted(fed[1], reverse=True) and fed[1][-1] <= 6  # 8 -> 6 or fewer
+    assert sum(fed[1]) < 0.8 * sum(fed[0])
+    assert kept.texts == retired.texts and kept.lengths == retired.lengths
+    for field in ("completion_ids", "completion_mask"):
+        assert torch.equal(getattr(kept, field), getattr(retired, field)), field
+    torch.testing.assert_close(kept.logprobs, retired.logprobs, atol=1e-5, rtol=0)
