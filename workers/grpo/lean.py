@@ -11,9 +11,12 @@ fewer ops and less work:
 - the matrix products: oneDNN's on packed weights, or per shape whichever of oneDNN and the
   BLAS this machine runs faster (`onednn_is_faster`).
 
-`supported(model, total_length)` is False for anything else (peft-wrapped models, other
-architectures, dynamic RoPE, a sliding window shorter than the sequence); callers then use the
-model's own forward. The LM head is always the model's own module (forward hooks apply).
+`supported(model, total_length)` is False for anything else (other architectures, dynamic RoPE,
+a sliding window shorter than the sequence, peft-wrapped models); callers then use the model's
+own forward. Without autograd (decoding, pi_ref / pi_old scoring) `merged_lora=True` also takes
+plain LoRA adapters (peft), their delta B A merged into each weight once per call (with the
+adapters disabled, as for pi_ref: the base weights themselves). The LM head is always the
+model's own module (forward hooks and adapters apply).
 Left out: attention dropout (sampling runs in eval mode), tensor-parallel weights.
 """
 
@@ -38,10 +41,15 @@ Norm = tuple[Tensor, float]  # RMSNorm weight, eps
 Tape = Callable[[Tensor, Linear, int, str], Tensor]
 
 
-def supported(model: Any, total_length: int) -> bool:
-    """Whether the lean forward computes exactly what `model` computes."""
+def supported(model: Any, total_length: int, merged_lora: bool = False) -> bool:
+    """Whether the lean forward computes exactly what `model` computes (with `merged_lora`,
+    also for plain LoRA adapters, merged: without autograd only)."""
+    if hasattr(model, "peft_config"):
+        if not merged_lora:
+            return False
+        model = model.get_base_model()
     config, inner = getattr(model, "config", None), getattr(model, "model", None)
-    if config is None or inner is None or hasattr(model, "peft_config"):
+    if config is None or inner is None or type(inner.embed_tokens) is not nn.Embedding:
         return False
     if getattr(config, "model_type", None) not in _ARCHITECTURES or config.hidden_act != "silu":
         return False
@@ -52,12 +60,44 @@ def supported(model: Any, total_length: int) -> bool:
         attn, mlp = layer.self_attn, layer.mlp
         linears = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj]
         linears += [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
-        if any(type(m) is not nn.Linear for m in linears):  # LoRA or quantised layers
+        if not all(type(m) is nn.Linear or _plain_lora(m) for m in linears):  # e.g. quantised
             return False
         window = getattr(attn, "sliding_window", None)
         if window is not None and total_length > window:
             return False
     return True
+
+
+def _plain_lora(module: Any) -> bool:
+    """A peft LoRA linear layer whose output is base(x) + delta-weight x (no DoRA or other
+    variant, no LoRA bias, no dropout at work), over a plain `nn.Linear`."""
+    if not (hasattr(module, "get_delta_weight") and hasattr(module, "lora_A")):
+        return False
+    base, adapters = module.get_base_layer(), module.active_adapters
+    return (
+        type(base) is nn.Linear
+        and not getattr(module, "lora_variant", {})
+        and not any(getattr(module, "lora_bias", {}).values())
+        and all(
+            isinstance(module.lora_dropout[a], nn.Identity) or not module.lora_dropout[a].training
+            for a in adapters
+            if a in module.lora_A
+        )
+    )
+
+
+def _weight_and_bias(module: Any) -> tuple[Tensor, Tensor | None]:
+    """The weight a linear layer multiplies by: a LoRA layer's base weight plus its active
+    adapters' delta B A (scaled) unless adapters are disabled or already merged."""
+    if type(module) is nn.Linear:
+        return module.weight, module.bias
+    base = module.get_base_layer()
+    weight = base.weight
+    if not (module.disable_adapters or module.merged):
+        for adapter in module.active_adapters:
+            if adapter in module.lora_A:
+                weight = weight + module.get_delta_weight(adapter)
+    return weight, base.bias
 
 
 def onednn_matmul(device: torch.device, dtype: torch.dtype) -> bool:
@@ -73,7 +113,8 @@ def _built_with_onednn() -> bool:
 def _linear(dtype: torch.dtype, fuse: bool, pack_rows: int | None, *modules: Any) -> Linear:
     """Weights and biases in `dtype` (the parameters themselves when already so); with
     `pack_rows`, each weight packed for products of about that many rows."""
-    maps = [(m.weight.to(dtype), None if m.bias is None else m.bias.to(dtype)) for m in modules]
+    pairs = [_weight_and_bias(m) for m in modules]
+    maps = [(w.to(dtype), None if b is None else b.to(dtype)) for w, b in pairs]
     if fuse and len(maps) > 1:
         zeros = [w.new_zeros(w.shape[0]) for w, _ in maps]
         bias = [z if b is None else b for (_, b), z in zip(maps, zeros, strict=True)]
@@ -217,6 +258,7 @@ class LeanModel:
     def __init__(
         self, model: Any, fuse: bool, dtype: torch.dtype, pack_rows: int | None = None
     ) -> None:
+        model = model.get_base_model() if hasattr(model, "peft_config") else model
         inner, config = model.model, model.config
         self.model, self.dtype = model, dtype
         self.heads = config.num_attention_heads

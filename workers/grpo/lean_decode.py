@@ -87,14 +87,14 @@ class LeanDecoder:
 
     @classmethod
     def build(cls, model: Any, total_length: int, rows: int) -> LeanDecoder | None:
-        return cls(model, rows=rows) if supported(model, total_length) else None
+        return cls(model, rows=rows) if supported(model, total_length, merged_lora=True) else None
 
     def __init__(
         self, model: Any, fuse: bool | None = None, pack: bool | None = None, rows: int = 16
     ) -> None:
         """`rows`: the batch size decode steps will have (packing is tuned for it); `fuse`,
         `pack`: None decides by device and size, as the module docstring says."""
-        weight = model.model.embed_tokens.weight
+        weight = model.get_input_embeddings().weight
         device = weight.device
         autocast = torch.is_autocast_enabled(device.type)  # matmuls in its dtype, weights cast once
         dtype = torch.get_autocast_dtype(device.type) if autocast else weight.dtype

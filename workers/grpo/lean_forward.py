@@ -130,7 +130,7 @@ def lean_logits(
     n, p = prompt_ids.shape
     t = completion_ids.shape[1] - 1  # the last token predicts nothing we score: not fed
     device = prompt_ids.device
-    weight = model.model.embed_tokens.weight
+    weight = model.get_input_embeddings().weight
     autocast = torch.is_autocast_enabled(device.type)
     dtype = torch.get_autocast_dtype(device.type) if autocast else weight.dtype
     lean = LeanModel(model, fuse=False, dtype=dtype)

@@ -1,7 +1,9 @@
 """Loading the policy, its tokenizer and the reference policy pi_ref for the KL term.
 
 Full fine-tuning: pi_ref is a frozen copy of the initial weights. LoRA (peft): pi_ref is the same
-model with the adapter disabled, so no second copy is held in memory.
+model with the adapter disabled, so no second copy is held in memory. A LoRA model decodes and
+scores pi_ref through the lean forward with the adapter merged (lean.py); it trains through the
+peft model's own forward.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class Policy:
     reference_context: Callable[[], contextlib.AbstractContextManager]  # e.g. adapter disabled
 
 
-def _load_base(name: str, device: str, lora: bool, what: str = "base_model") -> tuple[Any, Any]:
+def _load_base(name: str, device: str, what: str = "base_model") -> tuple[Any, Any]:
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
@@ -43,7 +45,7 @@ def _load_base(name: str, device: str, lora: bool, what: str = "base_model") -> 
         tokenizer.pad_token = tokenizer.eos_token
     model = model.to(device)
     # column-major only where decoding goes through the model's own forward (device.py)
-    use_cpu_weight_layout(model, column_major=lora or not supported(model, 0))
+    use_cpu_weight_layout(model, column_major=not supported(model, 0))
     return model, tokenizer
 
 
@@ -56,7 +58,7 @@ def _frozen(model: Any) -> Any:
 
 def load_policy(spec: TrainSpec, device: str, resume_from: Path | None = None) -> Policy:
     """The policy to train (from `resume_from` when given) and its reference."""
-    base, tokenizer = _load_base(spec.base_model, device, spec.lora is not None)
+    base, tokenizer = _load_base(spec.base_model, device)
     need_ref = spec.grpo.beta > 0
     if spec.lora is not None:
         from peft import LoraConfig, PeftModel, get_peft_model
@@ -77,5 +79,5 @@ def load_policy(spec: TrainSpec, device: str, resume_from: Path | None = None) -
     ref = (base if resume_from is not None else copy.deepcopy(base)) if need_ref else None
     model = base
     if resume_from is not None:
-        model, _ = _load_base(str(resume_from), device, False, "checkpoint")
+        model, _ = _load_base(str(resume_from), device, "checkpoint")
     return Policy(model, tokenizer, ref and _frozen(ref), contextlib.nullcontext)

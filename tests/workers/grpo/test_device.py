@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.workers.grpo.helpers import small_spec
 from workers.grpo.device import use_cpu_weight_layout
@@ -33,11 +33,20 @@ def test_linear_weights_become_column_major_with_the_same_values(tiny_model, tmp
         assert value.is_contiguous() and torch.equal(value, model.state_dict()[name]), name
 
 
-def test_the_policy_is_column_major_only_where_it_decodes_through_its_own_forward(tiny_model):
+def test_the_policy_is_column_major_only_where_it_decodes_through_its_own_forward(
+    tiny_model, tmp_path
+):
     full = load_policy(small_spec(tiny_model), "cpu")  # the lean decoder packs its weights
     for m in (full.model, full.reference):
         q = m.model.layers[0].self_attn.q_proj.weight
         assert q.is_contiguous()
-    lora = load_policy(small_spec(tiny_model, spec={"lora": {"r": 2}}), "cpu")  # peft: HF forward
+    lora = load_policy(small_spec(tiny_model, spec={"lora": {"r": 2}}), "cpu")  # lean, merged
     q = lora.model.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight
+    assert q.is_contiguous()
+    gelu = AutoModelForCausalLM.from_pretrained(tiny_model)  # not the lean forward's: HF decodes
+    gelu.config.hidden_act = "gelu"
+    gelu.save_pretrained(tmp_path / "gelu")
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(tmp_path / "gelu")
+    own = load_policy(small_spec(tmp_path / "gelu"), "cpu")
+    q = own.model.model.layers[0].self_attn.q_proj.weight
     assert q.stride() == (1, q.shape[0])

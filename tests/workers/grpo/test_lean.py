@@ -182,9 +182,17 @@ def test_unsupported_models_fall_back(tiny_model) -> None:
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
     assert supported(model, 64)
-    lora = get_peft_model(model, LoraConfig(r=2, target_modules="all-linear"))
-    assert not supported(lora, 64)
-    assert LeanDecoder.build(lora, 64, rows=4) is None
+    lora = get_peft_model(model, LoraConfig(r=2, target_modules="all-linear", lora_dropout=0.1))
+    assert not supported(lora, 64)  # with autograd: the model's own forward
+    assert not supported(lora.train(), 64, merged_lora=True)  # dropout at work
+    assert supported(lora.eval(), 64, merged_lora=True)
+    assert LeanDecoder.build(lora, 64, rows=4) is not None
+    dora = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_model),
+        LoraConfig(r=2, target_modules="all-linear", use_dora=True),
+    )
+    assert not supported(dora, 64, merged_lora=True)
+    assert LeanDecoder.build(dora, 64, rows=4) is None
     windowed = Qwen2ForCausalLM(
         Qwen2Config(**SMALL_LM, use_sliding_window=True, sliding_window=8, max_window_layers=0)
     )
@@ -235,3 +243,48 @@ def test_rms_norm_stays_fp32_under_autocast() -> None:
         autocast = lean._rms(x, (weight, 1e-6))
     assert autocast.dtype == torch.float32
     torch.testing.assert_close(autocast, plain, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("disabled", [False, True])
+def test_lora_decoding_and_scoring_merge_the_adapter(disabled) -> None:
+    """A LoRA model (peft, all linear layers, adapters trained away from B = 0) decodes and
+    scores without autograd through the lean forward with B A merged into the weights: the
+    peft model's logits and log-probs; with the adapter disabled (pi_ref), the base model's."""
+    import contextlib
+
+    from peft import LoraConfig, get_peft_model
+
+    from workers.grpo.logprobs import completion_logprobs
+
+    torch.manual_seed(0)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.1)
+    model = get_peft_model(small_lm("qwen2"), config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    ids, mask = _prompts()
+    steps = torch.randint(1, 64, (4, ids.shape[0]), generator=torch.Generator().manual_seed(2))
+
+    def context():  # noqa: ANN202
+        return model.disable_adapter() if disabled else contextlib.nullcontext()
+
+    with context(), torch.no_grad():
+        lean_decoder, ref = LeanDecoder(model, rows=6), _HFForward(model)
+        a, b = lean_decoder.prefill(ids, mask, 4), ref.prefill(ids, mask, 4)
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+        for tokens in steps:
+            torch.testing.assert_close(
+                lean_decoder.step(tokens), ref.step(tokens), atol=1e-5, rtol=0
+            )
+    with torch.no_grad(), model.disable_adapter():  # the adapter changes the logits
+        base = _HFForward(model).prefill(ids, mask, 4)
+    assert ((base - a).abs().max() > 1e-2) != disabled
+    completion = steps.t()  # (N, 4)
+    cmask = torch.ones_like(completion, dtype=torch.float)
+    with context():
+        with torch.inference_mode():  # the lean forward, merged
+            lean_lp, _ = completion_logprobs(model, ids, mask, completion, cmask)
+        with torch.enable_grad():  # autograd: the peft model's own forward
+            own_lp, _ = completion_logprobs(model, ids, mask, completion, cmask)
+    torch.testing.assert_close(lean_lp, own_lp.detach(), atol=1e-5, rtol=0)
