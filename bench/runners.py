@@ -33,6 +33,9 @@ class Settings:
     bf16: bool = False  # CUDA only: bf16 autocast (TRL's `bf16=True`)
     vllm: bool = False  # TRL: `use_vllm=True, vllm_mode="colocate"` (where vLLM is installed)
     threads: int | None = None  # torch intra-op threads for the whole run (None: torch's default)
+    lora_r: int | None = (
+        None  # a LoRA adapter of this rank (alpha 2r, all linear layers) is trained
+    )
 
 
 def digit_reward(completion: str, digit: int) -> float:
@@ -100,6 +103,7 @@ def run_ours(model_dir: str, s: Settings) -> dict:
             "seed": s.seed,
         },
         generation={"max_new_tokens": s.max_new_tokens},
+        lora=None if s.lora_r is None else {"r": s.lora_r, "alpha": 2 * s.lora_r},
         checkpoint_every=10**6,
     )
     ends, tokens, rewards, split = [], [], [], {"generation": [], "training": []}
@@ -177,10 +181,17 @@ def run_trl(model_dir: str, s: Settings) -> dict:
             train_dataset=Dataset.from_list(records()),
             processing_class=AutoTokenizer.from_pretrained(model_dir),
             callbacks=[Clock()],
+            peft_config=None if s.lora_r is None else _lora_config(s.lora_r),
         )
         start = time.perf_counter()
         trainer.train()
     return _result(ends, start, tokens, rewards)
+
+
+def _lora_config(r: int) -> Any:
+    from peft import LoraConfig
+
+    return LoraConfig(r=r, lora_alpha=2 * r, target_modules="all-linear", task_type="CAUSAL_LM")
 
 
 def run(which: str, model_dir: str, settings: dict) -> dict:

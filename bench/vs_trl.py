@@ -8,8 +8,9 @@ for both), each run in its own subprocess so that peak RSS is that run's. Prints
 median seconds per step, completion tokens per second (all tokens over all steps after the
 first, whose time includes warm-up), peak RSS, mean reward over the last 5 steps, the machine's
 load, and the ratios ours/TRL (medians over repetitions). `--threads N` gives both N torch
-intra-op threads (default: torch's own, what a user gets). Targets on a 2-core CPU: >= 3x TRL's
-throughput at 3M, >= 1.5x at 25M, RSS <= TRL's, last-5 reward >= TRL's.
+intra-op threads (default: torch's own, what a user gets); `--lora R` has both train a LoRA
+adapter of rank R (alpha 2R, all linear layers) instead of all weights. Targets on a 2-core
+CPU: >= 3x TRL's throughput at 3M, >= 1.5x at 25M, RSS <= TRL's, last-5 reward >= TRL's.
 `--quick`: 3M only, 6 steps, one repetition (a smoke run).
 """
 
@@ -130,6 +131,7 @@ def main() -> None:
     ap.add_argument(
         "--threads", type=int, help="torch intra-op threads for both (default: torch's)"
     )
+    ap.add_argument("--lora", type=int, metavar="R", help="both train a LoRA adapter of rank R")
     ap.add_argument("--only", choices=["ours", "trl"], help="run one side only")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     a = ap.parse_args()
@@ -137,7 +139,7 @@ def main() -> None:
     if a.quick:
         sizes, reps, steps = ["3m"], 1, 6
     settings = {"steps": steps, "device": a.device, "bf16": a.bf16, "vllm": a.vllm}
-    settings["threads"] = a.threads
+    settings["threads"], settings["lora_r"] = a.threads, a.lora
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for size in sizes:

@@ -11,12 +11,11 @@ fewer ops and less work:
 - the matrix products: oneDNN's on packed weights, or per shape whichever of oneDNN and the
   BLAS this machine runs faster (`onednn_is_faster`).
 
-`supported(model, total_length)` is False for anything else (other architectures, dynamic RoPE,
-a sliding window shorter than the sequence, peft-wrapped models); callers then use the model's
-own forward. Without autograd (decoding, pi_ref / pi_old scoring) `merged_lora=True` also takes
-plain LoRA adapters (peft), their delta B A merged into each weight once per call (with the
-adapters disabled, as for pi_ref: the base weights themselves). The LM head is always the
-model's own module (forward hooks and adapters apply).
+Plain LoRA adapters (peft) are merged into the decode loop's weights and applied in factored
+form elsewhere (`lean_lora`). `supported(model, total_length)` is False for anything else
+(other architectures, dynamic RoPE, a sliding window shorter than the sequence, DoRA, LoRA
+dropout at work, quantised layers); callers then use the model's own forward. The LM head is
+always the model's own module (forward hooks and adapters apply).
 Left out: attention dropout (sampling runs in eval mode), tensor-parallel weights.
 """
 
@@ -32,6 +31,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from workers.grpo.lean_lora import (
+    LowRank,
+    factored,
+    is_lora,
+    is_plain_lora,
+    low_rank_outputs,
+    merged,
+)
+
 _ARCHITECTURES = {"llama", "mistral", "qwen2", "qwen3"}
 _STATIC_ROPE = {"default", "linear", "llama3", "yarn"}
 
@@ -41,13 +49,9 @@ Norm = tuple[Tensor, float]  # RMSNorm weight, eps
 Tape = Callable[[Tensor, Linear, int, str], Tensor]
 
 
-def supported(model: Any, total_length: int, merged_lora: bool = False) -> bool:
-    """Whether the lean forward computes exactly what `model` computes (with `merged_lora`,
-    also for plain LoRA adapters, merged: without autograd only)."""
-    if hasattr(model, "peft_config"):
-        if not merged_lora:
-            return False
-        model = model.get_base_model()
+def supported(model: Any, total_length: int) -> bool:
+    """Whether the lean forward computes exactly what `model` computes."""
+    model = model.get_base_model() if hasattr(model, "peft_config") else model
     config, inner = getattr(model, "config", None), getattr(model, "model", None)
     if config is None or inner is None or type(inner.embed_tokens) is not nn.Embedding:
         return False
@@ -60,44 +64,12 @@ def supported(model: Any, total_length: int, merged_lora: bool = False) -> bool:
         attn, mlp = layer.self_attn, layer.mlp
         linears = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj]
         linears += [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
-        if not all(type(m) is nn.Linear or _plain_lora(m) for m in linears):  # e.g. quantised
+        if not all(type(m) is nn.Linear or is_plain_lora(m) for m in linears):  # e.g. quantised
             return False
         window = getattr(attn, "sliding_window", None)
         if window is not None and total_length > window:
             return False
     return True
-
-
-def _plain_lora(module: Any) -> bool:
-    """A peft LoRA linear layer whose output is base(x) + delta-weight x (no DoRA or other
-    variant, no LoRA bias, no dropout at work), over a plain `nn.Linear`."""
-    if not (hasattr(module, "get_delta_weight") and hasattr(module, "lora_A")):
-        return False
-    base, adapters = module.get_base_layer(), module.active_adapters
-    return (
-        type(base) is nn.Linear
-        and not getattr(module, "lora_variant", {})
-        and not any(getattr(module, "lora_bias", {}).values())
-        and all(
-            isinstance(module.lora_dropout[a], nn.Identity) or not module.lora_dropout[a].training
-            for a in adapters
-            if a in module.lora_A
-        )
-    )
-
-
-def _weight_and_bias(module: Any) -> tuple[Tensor, Tensor | None]:
-    """The weight a linear layer multiplies by: a LoRA layer's base weight plus its active
-    adapters' delta B A (scaled) unless adapters are disabled or already merged."""
-    if type(module) is nn.Linear:
-        return module.weight, module.bias
-    base = module.get_base_layer()
-    weight = base.weight
-    if not (module.disable_adapters or module.merged):
-        for adapter in module.active_adapters:
-            if adapter in module.lora_A:
-                weight = weight + module.get_delta_weight(adapter)
-    return weight, base.bias
 
 
 def onednn_matmul(device: torch.device, dtype: torch.dtype) -> bool:
@@ -110,10 +82,18 @@ def _built_with_onednn() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def _linear(dtype: torch.dtype, fuse: bool, pack_rows: int | None, *modules: Any) -> Linear:
-    """Weights and biases in `dtype` (the parameters themselves when already so); with
-    `pack_rows`, each weight packed for products of about that many rows."""
-    pairs = [_weight_and_bias(m) for m in modules]
+def _linear(
+    dtype: torch.dtype, fuse: bool, pack_rows: int | None, *modules: Any
+) -> tuple[Linear, list[list[LowRank]]]:
+    """Weights and biases in `dtype` (the parameters themselves when already so), and the LoRA
+    updates of each map (merged in when `fuse` or `pack_rows`: then none); with `pack_rows`,
+    each weight packed for products of about that many rows."""
+    if fuse or pack_rows:
+        pairs, updates = [merged(m) for m in modules], []
+    else:
+        parts = [factored(m) for m in modules]
+        pairs, updates = [(w, b) for w, b, _ in parts], [u for _, _, u in parts]
+        updates = updates if any(updates) else []
     maps = [(w.to(dtype), None if b is None else b.to(dtype)) for w, b in pairs]
     if fuse and len(maps) > 1:
         zeros = [w.new_zeros(w.shape[0]) for w, _ in maps]
@@ -125,9 +105,9 @@ def _linear(dtype: torch.dtype, fuse: bool, pack_rows: int | None, *modules: Any
         fused = torch.cat(weights, 0) if pack_rows else torch.cat(weights, 1).t()
         maps = [(fused, fused_bias)]
     if pack_rows is None:
-        return maps
+        return maps, updates
     pack = torch.ops.mkldnn._reorder_linear_weight
-    return [(pack(w.contiguous(), pack_rows), b) for w, b in maps]
+    return [(pack(w.contiguous(), pack_rows), b) for w, b in maps], updates
 
 
 def _product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -242,6 +222,7 @@ class _Layer:
     norm2: Norm
     gate_up: Linear  # 2 * I outputs
     down: Linear
+    updates: dict[str, list[list[LowRank]]]  # LoRA, factored: map name -> each map's updates
 
 
 def _norm(module: Any) -> Norm:
@@ -271,21 +252,32 @@ class LeanModel:
         self.layers = [self._layer(layer, dtype, fuse, pack_rows) for layer in inner.layers]
         head = model.lm_head
         plain = type(head) is nn.Linear and not (head._forward_hooks or head._forward_pre_hooks)
-        self.packed_head = _linear(dtype, False, pack_rows, head) if pack_rows and plain else None
+        self.packed_head = (
+            _linear(dtype, False, pack_rows, head)[0] if pack_rows and plain else None
+        )
+        self.adapted = any(is_lora(m) for m in model.modules())  # LoRA (merged or factored)
 
     @staticmethod
     def _layer(layer: Any, dtype: torch.dtype, fuse: bool, pack_rows: int | None) -> _Layer:
         attn, mlp = layer.self_attn, layer.mlp
         q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+        modules = {
+            "qkv": (attn.q_proj, attn.k_proj, attn.v_proj),
+            "out": (attn.o_proj,),
+            "gate_up": (mlp.gate_proj, mlp.up_proj),
+            "down": (mlp.down_proj,),
+        }
+        maps = {name: _linear(dtype, fuse, pack_rows, *ms) for name, ms in modules.items()}
         return _Layer(
             norm1=_norm(layer.input_layernorm),
-            qkv=_linear(dtype, fuse, pack_rows, attn.q_proj, attn.k_proj, attn.v_proj),
+            qkv=maps["qkv"][0],
             q_norm=_norm(q_norm) if q_norm is not None else None,
             k_norm=_norm(k_norm) if k_norm is not None else None,
-            out=_linear(dtype, fuse, pack_rows, attn.o_proj),
+            out=maps["out"][0],
             norm2=_norm(layer.post_attention_layernorm),
-            gate_up=_linear(dtype, fuse, pack_rows, mlp.gate_proj, mlp.up_proj),
-            down=_linear(dtype, fuse, pack_rows, mlp.down_proj),
+            gate_up=maps["gate_up"][0],
+            down=maps["down"][0],
+            updates={name: updates for name, (_, updates) in maps.items() if updates},
         )
 
     def rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
@@ -298,7 +290,11 @@ class LeanModel:
     def linear_map(self, x: Tensor, i: int, name: str, tape: Tape | None) -> Tensor:
         """Layer i's linear map `name` (qkv, out, gate_up, down) of x; through `tape` if given."""
         maps = getattr(self.layers[i], name)
-        return apply_linear(x, maps) if tape is None else tape(x, maps, i, name)
+        y = apply_linear(x, maps) if tape is None else tape(x, maps, i, name)
+        updates = self.layers[i].updates.get(name)
+        if updates is None:
+            return y
+        return y + low_rank_outputs(x, updates, [w.shape[0] for w, _ in maps])
 
     def qkv(
         self, x: Tensor, i: int, cos: Tensor, sin: Tensor, tape: Tape | None = None

@@ -87,7 +87,7 @@ class LeanDecoder:
 
     @classmethod
     def build(cls, model: Any, total_length: int, rows: int) -> LeanDecoder | None:
-        return cls(model, rows=rows) if supported(model, total_length, merged_lora=True) else None
+        return cls(model, rows=rows) if supported(model, total_length) else None
 
     def __init__(
         self, model: Any, fuse: bool | None = None, pack: bool | None = None, rows: int = 16

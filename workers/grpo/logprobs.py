@@ -38,7 +38,7 @@ def completion_logits(
     host-side `lengths` and `groups` as there), or all N T rows of the model's own forward (a
     model the lean forward does not cover never gets a tape)."""
     width = prompt_ids.shape[1] + completion_ids.shape[1]
-    if supported(model, width, merged_lora=not torch.is_grad_enabled()):  # LoRA: no autograd
+    if supported(model, width):
         return lean_logits(
             model,
             prompt_ids,

@@ -1,9 +1,8 @@
 """Loading the policy, its tokenizer and the reference policy pi_ref for the KL term.
 
 Full fine-tuning: pi_ref is a frozen copy of the initial weights. LoRA (peft): pi_ref is the same
-model with the adapter disabled, so no second copy is held in memory. A LoRA model decodes and
-scores pi_ref through the lean forward with the adapter merged (lean.py); it trains through the
-peft model's own forward.
+model with the adapter disabled, so no second copy is held in memory. A LoRA model runs the
+lean forward too (`lean_lora.py`: merged for decoding, low-rank updates for scoring and training).
 """
 
 from __future__ import annotations

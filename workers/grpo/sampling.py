@@ -28,7 +28,6 @@ import torch
 from torch import Tensor
 
 from workers.grpo.config import GenerationParams
-from workers.grpo.lean import supported
 from workers.grpo.lean_decode import LeanDecoder
 from workers.grpo.replay import DecodeRecord
 
@@ -247,8 +246,8 @@ class HFSampler:
         lean = LeanDecoder.build(self.model, total, rows=n) if self.lean else None
         forward = lean or _HFForward(self.model)
         record = None
-        if lean is not None and keep_activations and supported(self.model, total):
-            record = lean.tape = DecodeRecord(self.model, n)  # (LoRA: trained by the model's own)
+        if lean is not None and keep_activations and not lean.lean.adapted:  # LoRA: not replayed
+            record = lean.tape = DecodeRecord(self.model, n)
         logits = forward.prefill(prompt_ids, prompt_mask, params.max_new_tokens)  # (N, V)
         ended = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)  # (N,)
         check_every = self.end_check_every or (1 if prompt_ids.device.type == "cpu" else 8)

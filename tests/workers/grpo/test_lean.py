@@ -7,12 +7,14 @@ gradient, with and without prompt sharing. Models the lean path does not cover f
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from tests.workers.grpo.helpers import LLAMA_FAMILY, SMALL_LM, small_lm
-from workers.grpo import lean, lean_decode
+from workers.grpo import lean, lean_decode, logprobs
 from workers.grpo.lean import attention, supported
 from workers.grpo.lean_decode import LeanDecoder, shared_prompt_attention
 from workers.grpo.lean_forward import fed_index, lean_logits
@@ -183,15 +185,14 @@ def test_unsupported_models_fall_back(tiny_model) -> None:
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
     assert supported(model, 64)
     lora = get_peft_model(model, LoraConfig(r=2, target_modules="all-linear", lora_dropout=0.1))
-    assert not supported(lora, 64)  # with autograd: the model's own forward
-    assert not supported(lora.train(), 64, merged_lora=True)  # dropout at work
-    assert supported(lora.eval(), 64, merged_lora=True)
+    assert not supported(lora.train(), 64)  # LoRA dropout at work: the model's own forward
+    assert supported(lora.eval(), 64)
     assert LeanDecoder.build(lora, 64, rows=4) is not None
     dora = get_peft_model(
         AutoModelForCausalLM.from_pretrained(tiny_model),
         LoraConfig(r=2, target_modules="all-linear", use_dora=True),
     )
-    assert not supported(dora, 64, merged_lora=True)
+    assert not supported(dora.eval(), 64)
     assert LeanDecoder.build(dora, 64, rows=4) is None
     windowed = Qwen2ForCausalLM(
         Qwen2Config(**SMALL_LM, use_sliding_window=True, sliding_window=8, max_window_layers=0)
@@ -246,10 +247,14 @@ def test_rms_norm_stays_fp32_under_autocast() -> None:
 
 
 @pytest.mark.parametrize("disabled", [False, True])
-def test_lora_decoding_and_scoring_merge_the_adapter(disabled) -> None:
-    """A LoRA model (peft, all linear layers, adapters trained away from B = 0) decodes and
-    scores without autograd through the lean forward with B A merged into the weights: the
-    peft model's logits and log-probs; with the adapter disabled (pi_ref), the base model's."""
+@pytest.mark.parametrize("targets", ["all-linear", ["q_proj", "v_proj", "down_proj"]])
+def test_lora_adapters_merged_for_decoding_factored_for_scoring_and_training(
+    disabled, targets
+) -> None:
+    """A LoRA model (peft, adapters trained away from B = 0) decodes with B A merged into the
+    weights and scores with the low-rank update applied: the peft model's logits, log-probs
+    and gradients of A and B (also where only some maps are adapted); with the adapter
+    disabled (pi_ref), the base model's."""
     import contextlib
 
     from peft import LoraConfig, get_peft_model
@@ -257,7 +262,7 @@ def test_lora_decoding_and_scoring_merge_the_adapter(disabled) -> None:
     from workers.grpo.logprobs import completion_logprobs
 
     torch.manual_seed(0)
-    config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.1)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=targets)
     model = get_peft_model(small_lm("qwen2"), config).eval()
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -280,11 +285,24 @@ def test_lora_decoding_and_scoring_merge_the_adapter(disabled) -> None:
     with torch.no_grad(), model.disable_adapter():  # the adapter changes the logits
         base = _HFForward(model).prefill(ids, mask, 4)
     assert ((base - a).abs().max() > 1e-2) != disabled
-    completion = steps.t()  # (N, 4)
-    cmask = torch.ones_like(completion, dtype=torch.float)
-    with context():
-        with torch.inference_mode():  # the lean forward, merged
-            lean_lp, _ = completion_logprobs(model, ids, mask, completion, cmask)
-        with torch.enable_grad():  # autograd: the peft model's own forward
-            own_lp, _ = completion_logprobs(model, ids, mask, completion, cmask)
-    torch.testing.assert_close(lean_lp, own_lp.detach(), atol=1e-5, rtol=0)
+
+    completion, cmask = steps.t(), torch.ones(ids.shape[0], 4)  # (N, 4)
+    weights = torch.linspace(-1, 1, completion.numel()).view(completion.shape)
+    results = []
+    for lean_path in (True, False):
+        model.zero_grad(set_to_none=True)
+        with context(), mock.patch.object(logprobs, "supported", lambda *_, v=lean_path: v):
+            lp, _ = completion_logprobs(model, ids, mask, completion, cmask)
+            if not disabled:  # (disabled, nothing that requires a gradient is used)
+                (lp * weights).sum().backward()
+        grads = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+        results.append((lp.detach(), grads))
+    (lean_lp, lean_grads), (own_lp, own_grads) = results
+    torch.testing.assert_close(lean_lp, own_lp, atol=1e-5, rtol=0)
+    assert lean_grads.keys() == own_grads.keys() and len(own_grads) == (
+        0
+        if disabled
+        else 2 * (len(model.base_model.model.model.layers) * (7 if targets == "all-linear" else 3))
+    )
+    for k, g in own_grads.items():  # lora_A and lora_B of every adapted map
+        torch.testing.assert_close(lean_grads[k], g, atol=1e-5, rtol=1e-4, msg=k)
