@@ -3,6 +3,7 @@
     .venv/bin/python bench/step_phases.py [--size 3m] [--steps 12]
     .venv/bin/python bench/step_phases.py --against HEAD~3 [--pairs 3] [--size 25m]
     .venv/bin/python bench/step_phases.py --ragged [--against REV] [--size 25m]
+    .venv/bin/python bench/step_phases.py --lora 16 [--against REV] [--size 25m]
 
 Trains the `vs_trl.py` job on the benchmark model for `--steps` steps and prints the median
 seconds of each phase over the steps after the first two: generation, reference scoring, the
@@ -13,6 +14,7 @@ whole machine's speed drifts between minutes, so compare pairs, not single runs.
 With `--ragged`, times reference scoring and the policy's forward + backward (no replay) of
 one fixed batch of 2 x 8 completions of ragged lengths (8 to 96 tokens, as on real tasks;
 the benchmark job's completions nearly all run to their 32 tokens) instead of training.
+With `--lora R`, the job trains a LoRA adapter of rank R (alpha 2R, all linear layers).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def _timed(record: list[float], fn: Callable) -> Callable:
     return call
 
 
-def measure(root: Path, size: str, steps: int) -> dict[str, float]:
+def measure(root: Path, size: str, steps: int, lora: int | None = None) -> dict[str, float]:
     """Median seconds per phase of the engine checked out at `root` (imported from there)."""
     sys.path.insert(0, str(root))
     warnings.filterwarnings("ignore", message=".*optimizer.step.*")  # we wrap it after LambdaLR
@@ -68,6 +70,12 @@ def measure(root: Path, size: str, steps: int) -> dict[str, float]:
         return run
 
     trainer._setup = timed_setup
+    if lora is not None:  # through the spec, so that older revisions (--against) take it too
+        import workers.grpo.config as config
+
+        spec = config.TrainSpec
+        adapter = {"r": lora, "alpha": 2 * lora}
+        config.TrainSpec = lambda **kw: spec(**kw | {"lora": adapter})  # type: ignore[misc]
     with tempfile.TemporaryDirectory() as tmp:
         runners.run_ours(str(build(size, Path(tmp))), runners.Settings(steps=steps))
     return {k: statistics.median(v[2:] or v) for k, v in times.items() if v}
@@ -125,9 +133,10 @@ def _line(label: str, m: dict[str, float]) -> str:
     return f"{label:>10}  " + "  ".join(f"{k} {m[k] * 1e3:7.1f}" for k in PHASES if k in m)
 
 
-def _run(root: Path, size: str, steps: int, ragged: bool) -> dict[str, float]:
+def _run(root: Path, size: str, steps: int, ragged: bool, lora: int | None) -> dict[str, float]:
     cmd = [sys.executable, __file__, "--root", str(root), "--size", size, "--steps", str(steps)]
     cmd += ["--json", "--ragged"] if ragged else ["--json"]
+    cmd += [] if lora is None else ["--lora", str(lora)]
     out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -139,11 +148,15 @@ def main() -> None:
     ap.add_argument("--against", help="a git revision to compare with, run for run")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--ragged", action="store_true", help="one ragged batch, not training")
+    ap.add_argument("--lora", type=int, metavar="R", help="train a LoRA adapter of rank R")
     ap.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if not a.against:
-        m = measure_ragged(a.root, a.size, 6) if a.ragged else measure(a.root, a.size, a.steps)
+        if a.ragged:
+            m = measure_ragged(a.root, a.size, 6)
+        else:
+            m = measure(a.root, a.size, a.steps, a.lora)
         print(json.dumps(m) if a.json else f"{a.size}, median ms per step:\n{_line('this', m)}")
         return
     with tempfile.TemporaryDirectory() as tmp:
@@ -153,7 +166,8 @@ def main() -> None:
             print(f"{a.size}, median ms per step; {a.against} and this tree alternately:")
             for _ in range(a.pairs):
                 for label, root in ((a.against, base), ("this", ROOT)):
-                    print(_line(label[:10], _run(root, a.size, a.steps, a.ragged)), flush=True)
+                    m = _run(root, a.size, a.steps, a.ragged, a.lora)
+                    print(_line(label[:10], m), flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT)
 
