@@ -255,7 +255,8 @@ class LeanModel:
         self.packed_head = (
             _linear(dtype, False, pack_rows, head)[0] if pack_rows and plain else None
         )
-        self.adapted = any(is_lora(m) for m in model.modules())  # LoRA (merged or factored)
+        adapted = any(is_lora(m) for m in model.modules())
+        self.lora_merged = adapted and (fuse or pack_rows is not None)  # as `_linear` decides
 
     @staticmethod
     def _layer(layer: Any, dtype: torch.dtype, fuse: bool, pack_rows: int | None) -> _Layer:
@@ -294,7 +295,14 @@ class LeanModel:
         updates = self.layers[i].updates.get(name)
         if updates is None:
             return y
-        return y + low_rank_outputs(x, updates, [w.shape[0] for w, _ in maps])
+        low = low_rank_outputs(x, updates, [w.shape[0] for w, _ in maps])
+        out = y + low
+        # Replayed rows (the last ones) recorded with the update merged in: only its gradient
+        # is added there.
+        k = getattr(tape, "merged_rows", 0)
+        if k:
+            out[..., -k:, :] -= low.detach()[..., -k:, :]
+        return out
 
     def qkv(
         self, x: Tensor, i: int, cos: Tensor, sin: Tensor, tape: Tape | None = None

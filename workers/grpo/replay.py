@@ -12,6 +12,9 @@ training pass's FLOPs; the numbers differ from a fresh forward by float summatio
 Guards: a record is used once, by the policy that decoded it, with unchanged weights (parameter
 version counters), on the rows and columns the decode loop fed. The LM head and the prompt
 positions (one row per distinct prompt in the training forward) are computed, not replayed.
+LoRA: the decode loop's weights hold the adapters' updates merged in, so a replayed output
+holds the update too; the training forward adds only its gradient there (`lean.linear_map`),
+and the frozen base weights get no gradient product.
 The training forward feeds a completion's positions only up to its end
 (`lean_forward.fed_index` of the lengths the sampler stores in the record): so does the replay.
 """
@@ -43,8 +46,10 @@ class DecodeRecord:
     only ever feed positions past a completion's end: masked out, gradient 0).
     """
 
-    def __init__(self, model: Any, batch: int) -> None:
+    def __init__(self, model: Any, batch: int, lora_merged: bool = False) -> None:
+        """`lora_merged`: the decode's weights hold LoRA updates merged in (`lean_lora`)."""
         self.model, self.versions, self.batch = model, weight_versions(model), batch
+        self.lora_merged = lora_merged
         self.column = -1
         self.outputs: dict[tuple[int, str], list[Tensor]] = {}
         self.rows: dict[int, Tensor] = {}  # step -> the rows (A,) it decoded, where not all N
@@ -83,6 +88,9 @@ class Replay:
         self.record, self.rows, self.t, self.release = record, rows, t, release
         device = next(record.model.parameters()).device
         self.fed = fed_index(record.lengths[rows], t, device)  # (K,), None: all n t
+        fed = len(record.lengths[rows]) * t if self.fed is None else self.fed.shape[0]
+        # the replayed rows whose outputs hold LoRA updates already (`lean.linear_map`)
+        self.merged_rows = fed if record.lora_merged else 0
 
     def __call__(self, x: Tensor, maps: Linear, layer: int, name: str) -> Tensor:
         """The map's output (1, R + K, out) for x (1, R + K, in): R rows computed (the
@@ -131,14 +139,17 @@ class _ReplayedLinear(torch.autograd.Function):
         dtype = params[0].dtype  # products in the maps' dtype, as autocast's linear backward
         g = grad.reshape(-1, grad.shape[-1]).to(dtype)  # (M, out)
         x2 = x.reshape(-1, x.shape[-1]).to(dtype)  # (M, in)
+        needs = ctx.needs_input_grad  # x, saved, then weight and bias of each map
         grad_x, grads, start = None, [], 0
-        for weight, bias in zip(params[::2], params[1::2], strict=True):
+        for k, (weight, bias) in enumerate(zip(params[::2], params[1::2], strict=True)):
             g_i = g[:, start : start + weight.shape[0]]  # (M, out_i)
             start += weight.shape[0]
             gx = g_i @ weight  # (M, in)
             grad_x = gx if grad_x is None else grad_x + gx
-            # in the weight's own layout (column-major weights on CPU), as F.linear's backward
-            gw = (x2.t() @ g_i).t() if weight.stride(0) == 1 else g_i.t() @ x2  # (out_i, in)
-            grads += [gw, None if bias is None else g_i.sum(0)]
-        needs = ctx.needs_input_grad
+            gw = gb = None  # frozen (LoRA's base weights): none
+            if needs[2 + 2 * k]:  # in the weight's layout (column-major on CPU), as F.linear's
+                gw = (x2.t() @ g_i).t() if weight.stride(0) == 1 else g_i.t() @ x2  # (out_i, in)
+            if bias is not None and needs[3 + 2 * k]:
+                gb = g_i.sum(0)
+            grads += [gw, gb]
         return (grad_x.view_as(x).to(x.dtype) if needs[0] else None), None, *grads

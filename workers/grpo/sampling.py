@@ -246,8 +246,8 @@ class HFSampler:
         lean = LeanDecoder.build(self.model, total, rows=n) if self.lean else None
         forward = lean or _HFForward(self.model)
         record = None
-        if lean is not None and keep_activations and not lean.lean.adapted:  # LoRA: not replayed
-            record = lean.tape = DecodeRecord(self.model, n)
+        if lean is not None and keep_activations:
+            record = lean.tape = DecodeRecord(self.model, n, lean.lean.lora_merged)
         logits = forward.prefill(prompt_ids, prompt_mask, params.max_new_tokens)  # (N, V)
         ended = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)  # (N,)
         check_every = self.end_check_every or (1 if prompt_ids.device.type == "cpu" else 8)

@@ -99,6 +99,59 @@ def test_replayed_forward_gives_the_fresh_forward(
     assert out.record.outputs == {}  # released as the forward consumed it
 
 
+@pytest.mark.parametrize("merged", [True, False])
+def test_a_lora_model_replays_its_merged_decode(
+    monkeypatch, tiny_model: Path, merged: bool
+) -> None:
+    """LoRA (peft, all linear layers, B trained away from 0): the decode loop ran on weights
+    with the updates merged in (`merged`; else the base weights and the updates factored, as
+    without packing); the replayed forward gives the fresh forward's log-probs and A / B
+    gradients, without the base maps' products on the completion positions (forward, and
+    weight gradients: the base is frozen)."""
+    from peft import LoraConfig, get_peft_model
+
+    from workers.grpo import lean_decode
+
+    if not merged:  # the decode loop's weights neither fused nor packed: factored updates
+        real = lean_decode.LeanDecoder.__init__
+        monkeypatch.setattr(
+            lean_decode.LeanDecoder,
+            "__init__",
+            lambda self, model, fuse=None, pack=None, rows=16: real(
+                self, model, False, False, rows
+            ),
+        )
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    base = _model("qwen2", len(tokenizer), tokenizer.eos_token_id, column_major=False)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    out = _sample(model.eval(), tokenizer)
+    assert out.record is not None and out.record.lora_merged == merged
+    t = out.completion_ids.shape[1]
+    results = []
+    for tape in (None, Replay(out.record, slice(None), t - 1, release=True)):
+        model.zero_grad(set_to_none=True)
+        with FlopCounterMode(display=False) as flops:
+            lp, _ = completion_logprobs(
+                model, out.prompt_ids, out.prompt_mask, out.completion_ids,
+                out.completion_mask, tape=tape,
+            )  # fmt: skip
+        (lp * torch.linspace(-1, 1, lp.numel()).view_as(lp) * out.completion_mask).sum().backward()
+        grads = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+        results.append((lp.detach(), grads, flops.get_total_flops()))
+    (fresh, fresh_grads, fresh_flops), (replayed, replayed_grads, replayed_flops) = results
+    valid = out.completion_mask.bool()
+    torch.testing.assert_close(replayed[valid], fresh[valid], atol=1e-5, rtol=0)
+    assert replayed_grads.keys() == fresh_grads.keys()
+    assert all("lora_" in k for k in fresh_grads) and len(fresh_grads) == 2 * 7 * 2
+    for k, g in fresh_grads.items():
+        torch.testing.assert_close(replayed_grads[k], g, atol=1e-5, rtol=1e-4, msg=k)
+    assert replayed_flops < 0.7 * fresh_flops
+
+
 def test_a_window_of_rows_replays_its_rows(tiny_model: Path) -> None:
     """Rows 2-5 (a micro-batch across the two groups) replay what a fresh forward computes."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
