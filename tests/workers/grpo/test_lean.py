@@ -95,7 +95,7 @@ def test_prefill_runs_each_distinct_prompt_once(monkeypatch, sizes) -> None:
 @pytest.mark.parametrize(("heads", "kv_heads"), [(4, 4), (4, 2), (6, 1)])
 def test_shared_prompt_attention_is_attention_over_prompt_and_own_keys(heads, kv_heads) -> None:
     """Against attention over each row's copy of its prompt's keys then its own, with a
-    padded prompt and grouped-query heads."""
+    padded prompt and grouped-query heads, for all rows and for some."""
     gen = torch.Generator().manual_seed(3)
     u, g, p, c, d = 2, 3, 5, 4, 8
     n = u * g
@@ -112,6 +112,11 @@ def test_shared_prompt_attention_is_attention_over_prompt_and_own_keys(heads, kv
     expected = attention(q, keys, values, mask[:, None, None])  # (N, 1, H D)
     got = shared_prompt_attention(q, (prompt[0], prompt[1]), bias, own[0], own[1])
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
+    rows = torch.tensor([0, 2, 5])  # the rows still decoded (others retired), both groups
+    got = shared_prompt_attention(
+        q[rows], (prompt[0], prompt[1]), bias, own[0][rows], own[1][rows], rows, n
+    )
+    torch.testing.assert_close(got, expected[rows], atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", list(MODELS))
