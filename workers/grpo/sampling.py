@@ -33,8 +33,8 @@ from workers.grpo.replay import DecodeRecord
 
 Prompt = str | list[dict[str, str]]
 # Rows that have ended stop being decoded (the lean decoder drops them, cache rows included)
-# once those still going are at most this share of the rows decoded: each drop copies the
-# cache, so it waits for a quarter of them to end.
+# once those still going are at most this share of the rows decoded (read at the end checks):
+# each drop copies the cache, so it waits for a quarter of them to end.
 RETIRE_AT = 0.75
 
 
@@ -142,13 +142,9 @@ class _HFForward:
         return self._run(tokens.unsqueeze(1))
 
 
-def _retire_ended(decoder: LeanDecoder, ended: Tensor, live: Tensor | None) -> Tensor | None:
-    """The rows to decode on (A,) (None: all): once the rows that have not ended are at most
-    `RETIRE_AT` of those decoded, the decoder drops the others (their cache rows too)."""
-    decoded = ended.shape[0] if live is None else live.shape[0]
-    going = ~ended if live is None else ~ended[live]  # (decoded,)
-    if int(going.sum()) > RETIRE_AT * decoded:
-        return live
+def _retire(decoder: LeanDecoder, going: Tensor, live: Tensor | None) -> Tensor:
+    """The decoder drops the decoded rows that have ended (`going` False, their cache rows
+    too); the rows of the batch it decodes on (A,)."""
     keep = going.nonzero().flatten()  # (A,) into the decoded rows
     decoder.retire(keep)
     return keep if live is None else live[keep]
@@ -269,11 +265,15 @@ class HFSampler:
             ended |= nxt == eos
             if params.stop:
                 self._check_stops(torch.stack(out, 1), ended, stop_len, params.stop, t + 1)
-            checked = (t + 1) % check_every == 0
-            if t + 1 == params.max_new_tokens or (checked and bool(ended.all())):
+            if t + 1 == params.max_new_tokens:
                 break
-            if lean is not None and checked:
-                live = _retire_ended(lean, ended, live)
+            if (t + 1) % check_every == 0:
+                going = ~ended if live is None else ~ended[live]  # (A,) of the rows decoded
+                still = int(going.sum())  # the check's one read of the device
+                if still == 0:
+                    break
+                if lean is not None and still <= RETIRE_AT * going.shape[0]:
+                    live = _retire(lean, going, live)
             if record is not None:
                 record.begin(t, live)  # this step feeds completion token t
             if live is None:
