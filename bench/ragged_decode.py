@@ -1,13 +1,15 @@
 """Decode time when completions end at different steps: ended rows dropped vs decoded to the end.
 
     .venv/bin/python bench/ragged_decode.py [--size 25m] [--new-tokens 96] [--eos-bias 2.5]
+        [--own-forward]
 
 Generates 2 prompts x 8 completions with this engine's sampler (recording the decode for the
 training forward's replay, as the trainer does) on the benchmark model (`vs_trl.SIZES`), whose
 EOS logit is raised by `--eos-bias` so that completions end at ragged lengths as on real tasks
 (the random-init model alone almost never ends one). Alternately with `sampling.RETIRE_AT` 0
 (every row decoded until the last ends) and its default, prints the median milliseconds and
-the rows fed over all steps.
+the rows fed over all steps. `--own-forward`: through the model's own forward and KV cache (as
+models outside the lean path decode).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=96)
     ap.add_argument("--eos-bias", type=float, default=2.5)
     ap.add_argument("--reps", type=int, default=6)
+    ap.add_argument(
+        "--own-forward", action="store_true", help="decode through the model's own forward"
+    )
     a = ap.parse_args()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -40,8 +45,9 @@ def main() -> None:
 
     default = sampling.RETIRE_AT
     fed: list[int] = []
-    real_step = LeanDecoder.step
-    LeanDecoder.step = lambda self, tokens: fed.append(tokens.shape[0]) or real_step(self, tokens)
+    decoder = sampling._HFForward if a.own_forward else LeanDecoder
+    real_step = decoder.step
+    decoder.step = lambda self, tokens: fed.append(tokens.shape[0]) or real_step(self, tokens)
     with tempfile.TemporaryDirectory() as tmp:
         path = build(a.size, Path(tmp))
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -57,7 +63,8 @@ def main() -> None:
         for rep in range(a.reps):
             for retire_at in times:
                 sampling.RETIRE_AT = retire_at
-                sampler = sampling.HFSampler(model, tokenizer, torch.Generator().manual_seed(rep))
+                own = torch.Generator().manual_seed(rep)
+                sampler = sampling.HFSampler(model, tokenizer, own, lean=not a.own_forward)
                 fed.clear()
                 start = time.perf_counter()
                 out = sampler.generate(prompts, 8, params, keep_activations=True)

@@ -11,8 +11,9 @@ softmax(logits / T) (before top-k / top-p: the policy's own distribution, as the
 computes it): pi_old when a batch is reused for several updates, at no extra forward pass.
 With `keep_activations` the lean decode loop records its linear maps' outputs
 (`replay.DecodeRecord`), which the on-policy training forward replays instead of recomputing.
-The lean decoder stops decoding rows that have ended, a quarter at a time (`RETIRE_AT`): 25M
-model, 16 completions of 4-128 tokens (median 38), 945 -> 641 ms (`bench/ragged_decode.py`).
+Rows that have ended stop being decoded, a quarter of the batch at a time (`RETIRE_AT`; both
+decoders): 25M model, 16 completions of 4-128 tokens (median 38), 945 -> 641 ms
+(`bench/ragged_decode.py`).
 `Sampler` is the interface a vLLM backend would implement.
 """
 
@@ -32,7 +33,7 @@ from workers.grpo.lean_decode import LeanDecoder
 from workers.grpo.replay import DecodeRecord
 
 Prompt = str | list[dict[str, str]]
-# Rows that have ended stop being decoded (the lean decoder drops them, cache rows included)
+# Rows that have ended stop being decoded (the decoder drops them, cache rows included)
 # once those still going are at most this share of the rows decoded (read at the end checks):
 # each drop copies the cache, so it waits for a quarter of them to end.
 RETIRE_AT = 0.75
@@ -141,12 +142,20 @@ class _HFForward:
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], 1)  # (N, P + t)
         return self._run(tokens.unsqueeze(1))
 
+    def can_retire(self) -> bool:
+        return hasattr(self.cache, "reorder_cache")  # transformers' Cache classes
 
-def _retire(decoder: LeanDecoder, going: Tensor, live: Tensor | None) -> Tensor:
-    """The decoder drops the decoded rows that have ended (`going` False, their cache rows
-    too); the rows of the batch it decodes on (A,)."""
+    def retire(self, keep: Tensor) -> None:
+        """Decode on only the rows `keep` (A,) (indices into the rows decoded so far)."""
+        self.cache.reorder_cache(keep)  # each layer's keys and values: those rows (beam search's)
+        self.mask, self.positions = self.mask[keep], self.positions[keep]
+
+
+def _retire(forward: Any, going: Tensor, live: Tensor | None) -> Tensor:
+    """The forward (`LeanDecoder` or `_HFForward`) drops the decoded rows that have ended
+    (`going` False, their cache rows too); the rows of the batch it decodes on (A,)."""
     keep = going.nonzero().flatten()  # (A,) into the decoded rows
-    decoder.retire(keep)
+    forward.retire(keep)
     return keep if live is None else live[keep]
 
 
@@ -245,6 +254,7 @@ class HFSampler:
         if lean is not None and keep_activations:
             record = lean.tape = DecodeRecord(self.model, n, lean.lean.lora_merged)
         logits = forward.prefill(prompt_ids, prompt_mask, params.max_new_tokens)  # (N, V)
+        retires = lean is not None or forward.can_retire()
         ended = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)  # (N,)
         check_every = self.end_check_every or (1 if prompt_ids.device.type == "cpu" else 8)
         check_every = 1 if params.stop else check_every
@@ -272,8 +282,8 @@ class HFSampler:
                 still = int(going.sum())  # the check's one read of the device
                 if still == 0:
                     break
-                if lean is not None and still <= RETIRE_AT * going.shape[0]:
-                    live = _retire(lean, going, live)
+                if retires and still <= RETIRE_AT * going.shape[0]:
+                    live = _retire(forward, going, live)
             if record is not None:
                 record.begin(t, live)  # this step feeds completion token t
             if live is None:

@@ -172,30 +172,30 @@ def test_reading_the_ends_every_few_steps_gives_the_same_completions(
     torch.testing.assert_close(each.logprobs, every8.logprobs, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("share", [True, False])
+@pytest.mark.parametrize(("lean", "share"), [(True, True), (True, False), (False, False)])
 def test_ended_rows_stop_being_decoded_with_the_same_completions(
-    model_and_tokenizer, monkeypatch, share
+    model_and_tokenizer, monkeypatch, lean, share
 ) -> None:
-    """The lean decoder drops rows as they end (`RETIRE_AT`): fewer rows fed per step, the
-    completions, masks and pi_old (up to rounding) of decoding every row to the end, also
-    where the prompts' keys and values are kept once per group."""
+    """The decoder drops rows as they end (`RETIRE_AT`): fewer rows fed per step, the
+    completions, masks and pi_old (up to rounding) of decoding every row to the end; the lean
+    decoder also where the prompts' keys and values are kept once per group, and the model's
+    own forward with its KV cache."""
     from workers.grpo import lean_decode, sampling
 
     monkeypatch.setattr(lean_decode, "SHARE_MIN_PROMPT_BYTES", 0 if share else 2**40)
     model, tokenizer = model_and_tokenizer
     rows: list[int] = []
-    real = lean_decode.LeanDecoder.step
+    decoder = lean_decode.LeanDecoder if lean else sampling._HFForward
+    real = decoder.step
     monkeypatch.setattr(
-        lean_decode.LeanDecoder,
-        "step",
-        lambda self, tokens: rows.append(tokens.shape[0]) or real(self, tokens),
+        decoder, "step", lambda self, tokens: rows.append(tokens.shape[0]) or real(self, tokens)
     )
     params = GenerationParams(max_new_tokens=40)
     outs, fed = [], []
     for retire_at in (0.0, 0.75):
         monkeypatch.setattr(sampling, "RETIRE_AT", retire_at)
         rows.clear()
-        sampler = HFSampler(model, tokenizer, torch.Generator().manual_seed(4))
+        sampler = HFSampler(model, tokenizer, torch.Generator().manual_seed(4), lean)
         outs.append(sampler.generate(PROMPTS, 4, params, keep_logprobs=True))
         fed.append(list(rows))
     kept, retired = outs
