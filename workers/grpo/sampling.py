@@ -133,6 +133,20 @@ class _HFForward:
         return res.logits[:, -1]  # (N, V)
 
     def prefill(self, ids: Tensor, mask: Tensor, max_new_tokens: int) -> Tensor:
+        """Logits (N, V) of the first new token. Each distinct prompt (GRPO repeats each G
+        times, consecutively) runs once; the cache then copies its keys and values to the rows
+        of its group (`reorder_cache`, beam search's row selection)."""
+        rows = torch.cat([ids, mask.to(ids.dtype)], 1)  # (N, 2P)
+        unique, group = torch.unique_consecutive(rows, dim=0, return_inverse=True)  # (U, 2P)
+        self.cache, p = None, ids.shape[1]
+        if unique.shape[0] < ids.shape[0]:
+            self.mask, self.positions = unique[:, p:], (unique[:, p:].cumsum(1) - 1).clamp(min=0)
+            logits = self._run(unique[:, :p])  # (U, V)
+            if self.can_retire():
+                self.cache.reorder_cache(group)
+                self.mask, self.positions = mask, self.positions[group]  # (N, P)
+                return logits[group]  # (N, V)
+            self.cache = None  # a cache that cannot select rows: every row runs
         self.mask = mask  # (N, P)
         self.positions = (mask.cumsum(1) - 1).clamp(min=0)  # (N, P)
         return self._run(ids)

@@ -206,3 +206,35 @@ def test_ended_rows_stop_being_decoded_with_the_same_completions(
     for field in ("completion_ids", "completion_mask"):
         assert torch.equal(getattr(kept, field), getattr(retired, field)), field
     torch.testing.assert_close(kept.logprobs, retired.logprobs, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("sizes", [(3, 3), (4, 2), (1, 1)])
+def test_the_models_own_forward_prefills_each_distinct_prompt_once(
+    model_and_tokenizer, sizes
+) -> None:
+    """Through the model's own forward and KV cache: U prompts run at prefill, not N rows; the
+    prefill and every step's logits are those of the whole sequences run without a cache."""
+    from workers.grpo.sampling import _HFForward
+
+    model, tokenizer = model_and_tokenizer
+    ids, mask = HFSampler(model, tokenizer, torch.Generator()).encode_prompts(["Digit 7:", "Go"])
+    repeats = torch.tensor(sizes)
+    ids, mask = ids.repeat_interleave(repeats, 0), mask.repeat_interleave(repeats, 0)  # (N, P)
+    shapes: list[tuple[int, ...]] = []
+    hook = model.register_forward_pre_hook(
+        lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    steps = torch.randint(4, 90, (3, ids.shape[0]), generator=torch.Generator().manual_seed(1))
+    try:
+        with torch.no_grad():
+            forward = _HFForward(model)
+            got = [forward.prefill(ids, mask, 3)] + [forward.step(t) for t in steps]
+            assert shapes[0] == (len(sizes), ids.shape[1])  # (U, P)
+            for j in range(len(got)):
+                seq = torch.cat([ids, steps[:j].t()], 1)  # (N, P + j)
+                full = torch.cat([mask, torch.ones_like(steps[:j].t())], 1)
+                pos = (full.cumsum(1) - 1).clamp(min=0)
+                want = model(input_ids=seq, attention_mask=full, position_ids=pos).logits[:, -1]
+                torch.testing.assert_close(got[j], want, atol=1e-5, rtol=0)
+    finally:
+        hook.remove()
