@@ -119,6 +119,45 @@ def test_shared_prompt_attention_is_attention_over_prompt_and_own_keys(heads, kv
     torch.testing.assert_close(got, expected[rows], atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("sizes", [(3, 3), (4, 2), (1, 1)])
+def test_other_models_score_each_distinct_prompt_once(sizes) -> None:
+    """A model outside the lean forward (here: GELU MLPs) scores through its own forward: U
+    prompts run once, their KV cache copied to the group's rows; log-probs and gradients are
+    those of whole sequences in one forward."""
+    from workers.grpo.logprobs import completion_logprobs
+
+    torch.manual_seed(0)
+    model = small_lm("qwen2", hidden_act="gelu")
+    assert not supported(model, 64)
+    ids, mask = _prompts(sizes)
+    n, p = ids.shape
+    completion = torch.randint(1, 64, (n, 5), generator=torch.Generator().manual_seed(4))
+    cmask = torch.ones(n, 5)
+    cmask[1, 3:] = 0  # a completion that ended early
+    weights = torch.linspace(-1, 1, n * 5).view(n, 5)
+    shapes: list[tuple[int, ...]] = []
+    hook = model.register_forward_pre_hook(
+        lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        lp, _ = completion_logprobs(model, ids, mask, completion, cmask)
+    finally:
+        hook.remove()
+    shared = len(sizes) < n  # (U, P): each distinct prompt once; else whole sequences
+    assert shapes[0] == ((len(sizes), p) if shared else (n, p + 5))
+    (lp * weights).sum().backward()
+    got = {k: q.grad.clone() for k, q in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    seq, full = torch.cat([ids, completion], 1), torch.cat([mask, cmask.long()], 1)
+    pos = (full.cumsum(1) - 1).clamp(min=0)
+    logits = model(input_ids=seq, attention_mask=full, position_ids=pos).logits[:, p - 1 : -1]
+    want = logits.log_softmax(-1).gather(-1, completion.unsqueeze(-1)).squeeze(-1) * cmask
+    (want * weights).sum().backward()
+    torch.testing.assert_close(lp * cmask, want.detach(), atol=1e-5, rtol=0)
+    for k, q in model.named_parameters():
+        torch.testing.assert_close(got[k], q.grad, atol=1e-5, rtol=1e-4, msg=k)
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 @pytest.mark.parametrize(("share", "sizes"), [(True, (3, 3)), (False, (3, 3)), (True, (4, 2))])
 def test_scoring_logits_and_gradient_match_the_model(name, share, sizes) -> None:
