@@ -67,3 +67,22 @@ def test_lora_checkpoint_loads_with_peft_and_merged_weights_match(
     torch.testing.assert_close(merged_lp, adapted_lp, atol=1e-5, rtol=1e-5)
     assert (ckpt / "merged" / "tokenizer.json").exists()
     assert not any("lora" in k for k in merged.state_dict())
+
+
+def test_lora_dropout_trains_through_peft_and_decodes_lean(
+    tiny_model, digit_records, digit_scorer, tmp_path
+):
+    """LoRA dropout is at work only while training: the policy decodes and scores pi_ref
+    through the lean path (eval mode: no dropout) and trains through peft's own forward."""
+    from workers.grpo import lean
+
+    spec = small_spec(
+        tiny_model, steps=2, beta=0.04, spec={"lora": {"r": 4, "dropout": 0.1}}
+    )  # fmt: skip
+    policy = load_policy(spec, "cpu")
+    assert lean.supported(policy.model.eval(), 64)
+    assert not lean.supported(policy.model.train(), 64)
+    recorder = Recorder()
+    train(spec, digit_records, [digit_scorer], tmp_path, recorder)
+    step2 = recorder.metrics[2]
+    assert step2["kl"] > 0 and all(torch.isfinite(torch.tensor(v)) for v in step2.values())
