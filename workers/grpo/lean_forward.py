@@ -64,7 +64,7 @@ def _sequences(
     )
 
 
-def _prompt_groups(
+def prompt_groups(
     rows: Tensor, groups: list[int] | None, share: bool
 ) -> tuple[Tensor, Tensor, int | None]:
     """The distinct prompts (U, 2P) of `rows` (N, 2P) (prompt ids, mask), each row's one
@@ -135,7 +135,7 @@ def lean_logits(
     dtype = torch.get_autocast_dtype(device.type) if autocast else weight.dtype
     lean = LeanModel(model, fuse=False, dtype=dtype)
     rows = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], 1)  # (N, 2P)
-    unique, group, size = _prompt_groups(rows, groups, share_prompts)  # (U, 2P), (N,)
+    unique, group, size = prompt_groups(rows, groups, share_prompts)  # (U, 2P), (N,)
     u_ids, u_mask = unique[:, :p], unique[:, p:]  # (U, P)
     u_pos = (u_mask.cumsum(1) - 1).clamp(min=0)  # (U, P)
     if lengths is None:

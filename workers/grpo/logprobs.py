@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from workers.grpo.lean import Tape, supported
-from workers.grpo.lean_forward import lean_logits
+from workers.grpo.lean_forward import lean_logits, prompt_groups
 from workers.grpo.sampling import cache_keyword
 
 
@@ -52,7 +52,9 @@ def completion_logits(
             lengths=lengths,
             groups=groups,
         )
-    logits = _own_forward_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    logits = _own_forward_logits(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, groups
+    )
     n, t = logits.shape[:2]  # (N, T, V)
     return logits.flatten(0, 1), torch.arange(n * t, device=logits.device)
 
@@ -63,12 +65,14 @@ def _own_forward_logits(
     prompt_mask: Tensor,
     completion_ids: Tensor,
     completion_mask: Tensor,
+    groups: list[int] | None,
 ) -> Tensor:
-    """Logits (N, T, V) predicting each completion token, through the model's own forward."""
+    """Logits (N, T, V) predicting each completion token, through the model's own forward;
+    `groups` as `lean_forward.lean_logits` takes them (None: equal prompts found on the device)."""
     p = prompt_ids.shape[1]
     mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)  # (N, P + T)
     rows = torch.cat([prompt_ids, prompt_mask], 1)  # (N, 2P)
-    unique, group = torch.unique_consecutive(rows, dim=0, return_inverse=True)  # (U, 2P), (N,)
+    unique, group, _ = prompt_groups(rows, groups, share=True)  # (U, 2P), (N,)
     if unique.shape[0] < rows.shape[0]:
         u_ids, u_mask = unique[:, :p], unique[:, p:]  # (U, P)
         u_pos = (u_mask.cumsum(1) - 1).clamp(min=0)  # (U, P)

@@ -120,10 +120,11 @@ def test_shared_prompt_attention_is_attention_over_prompt_and_own_keys(heads, kv
 
 
 @pytest.mark.parametrize("sizes", [(3, 3), (4, 2), (1, 1)])
-def test_other_models_score_each_distinct_prompt_once(sizes) -> None:
+@pytest.mark.parametrize("host_groups", [True, False])
+def test_other_models_score_each_distinct_prompt_once(sizes, host_groups) -> None:
     """A model outside the lean forward (here: GELU MLPs) scores through its own forward: U
     prompts run once, their KV cache copied to the group's rows; log-probs and gradients are
-    those of whole sequences in one forward."""
+    those of whole sequences in one forward. Groups from the host or found on the device."""
     from workers.grpo.logprobs import completion_logprobs
 
     torch.manual_seed(0)
@@ -140,7 +141,8 @@ def test_other_models_score_each_distinct_prompt_once(sizes) -> None:
         lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
     )
     try:
-        lp, _ = completion_logprobs(model, ids, mask, completion, cmask)
+        groups = [g for g, size in enumerate(sizes) for _ in range(size)] if host_groups else None
+        lp, _ = completion_logprobs(model, ids, mask, completion, cmask, groups=groups)
     finally:
         hook.remove()
     shared = len(sizes) < n  # (U, P): each distinct prompt once; else whole sequences
