@@ -142,7 +142,7 @@ class _HFForward:
         if unique.shape[0] < ids.shape[0]:
             self.mask, self.positions = unique[:, p:], (unique[:, p:].cumsum(1) - 1).clamp(min=0)
             logits = self._run(unique[:, :p])  # (U, V)
-            if self.can_retire():
+            if self.selects_rows():
                 self.cache.reorder_cache(group)
                 self.mask, self.positions = mask, self.positions[group]  # (N, P)
                 return logits[group]  # (N, V)
@@ -156,7 +156,8 @@ class _HFForward:
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], 1)  # (N, P + t)
         return self._run(tokens.unsqueeze(1))
 
-    def can_retire(self) -> bool:
+    def selects_rows(self) -> bool:
+        """Whether its KV cache can keep or repeat rows (retirement, prompt sharing)."""
         return hasattr(self.cache, "reorder_cache")  # transformers' Cache classes
 
     def retire(self, keep: Tensor) -> None:
@@ -268,7 +269,7 @@ class HFSampler:
         if lean is not None and keep_activations:
             record = lean.tape = DecodeRecord(self.model, n, lean.lean.lora_merged)
         logits = forward.prefill(prompt_ids, prompt_mask, params.max_new_tokens)  # (N, V)
-        retires = lean is not None or forward.can_retire()
+        retires = lean is not None or forward.selects_rows()
         ended = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)  # (N,)
         check_every = self.end_check_every or (1 if prompt_ids.device.type == "cpu" else 8)
         check_every = 1 if params.stop else check_every
