@@ -30,6 +30,7 @@ from workers.grpo.lean import (
     prompt_mask_4d,
     supported,
 )
+from workers.grpo.lean_forward import prompt_groups
 
 FUSE_MAX_BYTES_CPU = 32 * 2**20  # unpacked fused weight copies allowed on CPU (count in RSS)
 # Prompt keys + values of one group in one layer from which decode steps share them (CPU, 2
@@ -167,10 +168,9 @@ class LeanDecoder:
         or copied to the cache rows of its group."""
         n, p = ids.shape
         rows = torch.cat([ids, attention_mask.to(ids.dtype)], 1)  # (N, 2P)
-        unique, group = torch.unique_consecutive(rows, dim=0, return_inverse=True)  # (U, 2P)
+        unique, group, size = prompt_groups(rows, None, share=True)  # (U, 2P), (N,), G or None
         u = unique.shape[0]
-        share = ids.device.type == "cpu" and u < n and n % u == 0
-        share = share and torch.equal(group, torch.arange(u).repeat_interleave(n // u))
+        share = ids.device.type == "cpu" and size is not None and size > 1
         item = torch.finfo(self.lean.dtype).bits // 8
         prompt_bytes = 2 * p * self.lean.kv_heads * self.lean.head_dim * item
         share = share and prompt_bytes >= SHARE_MIN_PROMPT_BYTES

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from workers.grpo.config import GenerationParams
 from workers.grpo.lean_decode import LeanDecoder
+from workers.grpo.lean_forward import prompt_groups
 from workers.grpo.replay import DecodeRecord
 
 Prompt = str | list[dict[str, str]]
@@ -137,7 +138,7 @@ class _HFForward:
         times, consecutively) runs once; the cache then copies its keys and values to the rows
         of its group (`reorder_cache`, beam search's row selection)."""
         rows = torch.cat([ids, mask.to(ids.dtype)], 1)  # (N, 2P)
-        unique, group = torch.unique_consecutive(rows, dim=0, return_inverse=True)  # (U, 2P)
+        unique, group, _ = prompt_groups(rows, None, share=True)  # (U, 2P), (N,)
         self.cache, p = None, ids.shape[1]
         if unique.shape[0] < ids.shape[0]:
             self.mask, self.positions = unique[:, p:], (unique[:, p:].cumsum(1) - 1).clamp(min=0)
