@@ -33,6 +33,7 @@ test: venv services
 lint: venv
 	$(BIN)/ruff check service workers tests bench migrations
 	$(BIN)/ruff format --check service workers tests bench migrations
+	$(BIN)/lint-imports --no-cache
 
 bench: venv
 	$(BIN)/python bench/vs_trl.py

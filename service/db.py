@@ -4,7 +4,7 @@ dependency, the worker's task wrapper), services only flush."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -76,5 +76,40 @@ def session_scope() -> Iterator[Session]:
     except BaseException:
         session.rollback()
         raise
+    finally:
+        session.close()
+
+
+_AFTER_COMMIT = "after_commit"
+_AFTER_ROLLBACK = "after_rollback"
+
+
+def after_commit(session: Session, callback: Callable[[], None]) -> None:
+    """Run `callback` once the request's transaction has committed (e.g. enqueue a task)."""
+    session.info.setdefault(_AFTER_COMMIT, []).append(callback)
+
+
+def after_rollback(session: Session, callback: Callable[[], None]) -> None:
+    """Run `callback` if the request's transaction is rolled back (e.g. release a claim)."""
+    session.info.setdefault(_AFTER_ROLLBACK, []).append(callback)
+
+
+def end_unit_of_work(session: Session, failed: bool) -> None:
+    """Commit (or, `failed`, roll back) and close, then run the callbacks of that outcome."""
+    try:
+        if failed:
+            session.rollback()
+            for callback in session.info.pop(_AFTER_ROLLBACK, []):
+                callback()
+            return
+        try:
+            session.commit()
+        except BaseException:
+            session.rollback()
+            for callback in session.info.pop(_AFTER_ROLLBACK, []):
+                callback()
+            raise
+        for callback in session.info.pop(_AFTER_COMMIT, []):
+            callback()
     finally:
         session.close()

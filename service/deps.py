@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -11,43 +11,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from service.auth.cache import tenant_for_key
-from service.db import get_sessionmaker
-from service.errors import ProblemError
+from service.db import end_unit_of_work, get_sessionmaker
+from service.problems import ProblemError
 from service.settings import Settings, get_settings
 from service.storage import ObjectStorage
-
-_AFTER_COMMIT = "after_commit"
-_AFTER_ROLLBACK = "after_rollback"
-
-
-def after_commit(session: Session, callback: Callable[[], None]) -> None:
-    """Run `callback` once the request's transaction has committed (e.g. enqueue a task)."""
-    session.info.setdefault(_AFTER_COMMIT, []).append(callback)
-
-
-def after_rollback(session: Session, callback: Callable[[], None]) -> None:
-    """Run `callback` if the request's transaction is rolled back (e.g. release a claim)."""
-    session.info.setdefault(_AFTER_ROLLBACK, []).append(callback)
-
-
-def _finish(session: Session, failed: bool) -> None:
-    try:
-        if failed:
-            session.rollback()
-            for callback in session.info.pop(_AFTER_ROLLBACK, []):
-                callback()
-            return
-        try:
-            session.commit()
-        except BaseException:
-            session.rollback()
-            for callback in session.info.pop(_AFTER_ROLLBACK, []):
-                callback()
-            raise
-        for callback in session.info.pop(_AFTER_COMMIT, []):
-            callback()
-    finally:
-        session.close()
 
 
 async def get_session() -> AsyncIterator[Session]:
@@ -57,9 +24,9 @@ async def get_session() -> AsyncIterator[Session]:
     try:
         yield session
     except BaseException:
-        await run_in_threadpool(_finish, session, True)
+        await run_in_threadpool(end_unit_of_work, session, True)
         raise
-    await run_in_threadpool(_finish, session, False)
+    await run_in_threadpool(end_unit_of_work, session, False)
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]

@@ -22,7 +22,7 @@ def _check_database() -> None:
 
 
 def _check_broker() -> None:
-    from workers.celery_app import get_celery
+    from service.worker import get_celery
 
     with get_celery().connection_for_write() as conn:
         conn.ensure_connection(max_retries=1, timeout=2)

@@ -28,11 +28,11 @@ from fastapi.routing import APIRoute
 from sqlalchemy import delete, update
 from sqlalchemy.exc import IntegrityError
 
-from service.db import session_scope
-from service.deps import SessionDep, SettingsDep, TenantDep, after_rollback
-from service.errors import ProblemError, conflict
+from service.db import after_rollback, session_scope
+from service.deps import SessionDep, SettingsDep, TenantDep
 from service.models import IdempotencyKey
 from service.models.base import utcnow
+from service.problems import ProblemError, conflict
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"

@@ -10,8 +10,9 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.deps import SessionDep, SettingsDep, TenantDep
-from service.errors import Problem, render_problem, too_many
+from service.errors import render_problem
 from service.models import LIVE_STATUSES, Job
+from service.problems import Problem, too_many
 
 
 class BodyTooLarge(HTTPException):

@@ -81,7 +81,7 @@ class JobsCollector(Collector):
         for status in STATUSES:
             jobs.add_metric([status], counts.get(status, 0))
         yield jobs
-        from workers.celery_app import queue_depth
+        from service.worker import queue_depth
 
         for queue in sorted(queues | {"gpu"}):
             size = queue_depth(queue)

@@ -1,11 +1,15 @@
 """Run the Alembic migrations programmatically (`grpo-service migrate`; `up` runs it too)."""
 
+from importlib.util import find_spec
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+# The `migrations` package: the repository's folder, or its installed copy (it ships in the wheel).
+_spec = find_spec("migrations")
+assert _spec is not None and _spec.origin is not None, "the migrations package is not installed"
+MIGRATIONS_DIR = Path(_spec.origin).parent
 
 
 def alembic_config(url: str | None = None) -> Config:

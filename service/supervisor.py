@@ -34,7 +34,7 @@ def api_command(host: str, port: int, workers: int = 1) -> list[str]:
 def worker_command(queue: str) -> list[str]:
     # One job per GPU, a fresh child per job; no broadcast features (the embedded broker has none).
     return [
-        sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", queue,
+        sys.executable, "-m", "celery", "-A", "service.worker", "worker", "-Q", queue,
         "-c", "1", "--max-tasks-per-child", "1", "--without-gossip", "--without-mingle",
         "--without-heartbeat", "--loglevel", "INFO",
     ]  # fmt: skip
@@ -71,8 +71,8 @@ class Supervisor:
         return max((p.returncode or 0) for p in procs) or 1
 
     def _start_reconciler(self) -> None:
+        from service.jobs.reconciler import run_forever
         from service.settings import get_settings
-        from workers.jobs.reconciler import run_forever
 
         thread = threading.Thread(
             target=run_forever, args=(get_settings(), self._stop), name="reconciler", daemon=True

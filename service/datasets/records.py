@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from service.errors import FieldError
+from service.problems import FieldError
 
 MAX_ERRORS = 50
 

@@ -11,11 +11,11 @@ from service.datasets import service
 from service.datasets.records import parse_jsonl, validate_records
 from service.datasets.schemas import DatasetCreate, DatasetOut
 from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
-from service.errors import FieldError, invalid, json_path
 from service.idempotency import Idempotent, IdempotentRoute
 from service.models import Dataset
 from service.openapi import problems
 from service.pagination import Page, PageDep, paginate
+from service.problems import FieldError, invalid, json_path
 
 router = APIRouter(
     prefix="/v1/datasets",

@@ -9,10 +9,10 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from service.datasets.records import to_jsonl
-from service.errors import FieldError, conflict, invalid, not_found
 from service.ids import new_id
 from service.models import LIVE_STATUSES, Dataset, Job
 from service.models.base import utcnow
+from service.problems import FieldError, conflict, invalid, not_found
 from service.storage import ObjectStorage
 
 

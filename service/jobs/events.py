@@ -10,7 +10,6 @@ from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from service.db import session_scope
 from service.models import FINAL_STATUSES, Job, JobEvent
@@ -18,12 +17,6 @@ from service.models import FINAL_STATUSES, Job, JobEvent
 POLL_SECONDS = 0.5
 KEEPALIVE_SECONDS = 15.0
 RETRY_MS = 2000
-
-
-def add_event(
-    session: Session, job_id: str, type_: str, message: str, data: dict[str, Any] | None = None
-) -> None:
-    session.add(JobEvent(job_id=job_id, type=type_, message=message, data=data or {}))
 
 
 def _fetch(job_id: str, after: int) -> tuple[list[dict[str, Any]], bool]:

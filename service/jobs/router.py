@@ -9,7 +9,6 @@ from sqlalchemy import bindparam, select
 
 from service.db import get_engine
 from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
-from service.errors import not_found
 from service.idempotency import Idempotent, IdempotentRoute
 from service.jobs import service
 from service.jobs.downloads import download_response
@@ -28,6 +27,7 @@ from service.limits import check_open_jobs
 from service.models import Job
 from service.openapi import problems
 from service.pagination import Page, PageDep, paginate
+from service.problems import not_found
 
 router = APIRouter(
     prefix="/v1/jobs",

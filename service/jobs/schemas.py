@@ -3,7 +3,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.schemas import UtcDateTime
-from workers.grpo.config import GenerationParams, GRPOParams, LoraParams
+from workers.grpo.config import TrainSpec
 
 JobStatus = Literal["queued", "running", "cancelling", "succeeded", "failed", "cancelled"]
 
@@ -16,7 +16,10 @@ class VerifierRef(BaseModel):
     weight: float = 1.0
 
 
-class JobCreate(BaseModel):
+class JobCreate(TrainSpec):
+    """The engine's `TrainSpec` (model, grpo, generation, lora, cadence: declared once, with its
+    validators) plus what the service resolves: datasets, verifiers and the queue."""
+
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
@@ -32,16 +35,10 @@ class JobCreate(BaseModel):
         },
     )
 
-    base_model: str = Field(min_length=1, description="Local path or model id the workers load.")
     dataset: str = Field(min_length=1, description="Training dataset id (ds_…).")
     eval_dataset: str | None = Field(None, description="Held-out dataset id.")
     verifiers: list[VerifierRef] = Field(min_length=1, max_length=16)
     eval_verifiers: list[VerifierRef] | None = Field(None, description="Defaults to verifiers.")
-    grpo: GRPOParams = Field(default_factory=GRPOParams)
-    generation: GenerationParams = Field(default_factory=GenerationParams)
-    lora: LoraParams | None = None
-    checkpoint_every: int = Field(50, ge=1)
-    eval_every: int = Field(25, ge=1)
     queue: str = Field("gpu", pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
 
 

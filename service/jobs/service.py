@@ -9,21 +9,19 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.datasets.service import dataset_exists
-from service.deps import after_commit
-from service.errors import FieldError, conflict, invalid, not_found
+from service.db import after_commit
 from service.ids import new_id
-from service.jobs.events import add_event
+from service.jobs import lifecycle
 from service.jobs.schemas import JobCreate, VerifierRef
 from service.models import (
-    FINAL_STATUSES,
     Checkpoint,
     Job,
     JobEvent,
     JobMetric,
 )
-from service.models.base import utcnow
+from service.problems import FieldError, conflict, invalid, not_found
 from service.verifiers.service import find_pin
-from workers.celery_app import enqueue_training
+from service.worker import enqueue_training
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +66,11 @@ def create_job(session: Session, tenant_id: str, body: JobCreate) -> Job:
         tenant_id=tenant_id,
         dataset_id=body.dataset,
         eval_dataset_id=body.eval_dataset,
-        status="queued",
         spec=spec,
         total_steps=body.grpo.steps,
         queue=body.queue,
-        enqueued_at=utcnow(),
     )
-    session.add(job)
-    add_event(session, job.id, "status", "job queued", {"status": "queued"})
-    session.flush()  # one flush for both rows (the job's id is ours; defaults fill in here)
+    lifecycle.create(session, job)
     after_commit(session, lambda: _wake_workers(job.id, body.queue))
     return job
 
@@ -99,16 +93,10 @@ def get_job(session: Session, tenant_id: str, job_id: str) -> Job:
 
 def cancel_job(session: Session, job: Job) -> Job:
     """A queued job is cancelled at once; a running one is asked to stop at its next step."""
-    if job.status in FINAL_STATUSES:
-        raise conflict(f"job '{job.id}' is already {job.status}")
-    if job.status == "queued":
-        job.status, job.finished_at = "cancelled", utcnow()
-        add_event(session, job.id, "status", "job cancelled", {"status": "cancelled"})
-    elif job.status == "running":
-        job.status = "cancelling"
-        add_event(session, job.id, "status", "cancellation requested", {"status": "cancelling"})
-    session.flush()
-    return job
+    try:
+        return lifecycle.cancel(session, job)
+    except lifecycle.AlreadyFinal as exc:
+        raise conflict(str(exc)) from None
 
 
 def list_metrics(session: Session, job: Job, after_step: int) -> list[dict[str, Any]]:

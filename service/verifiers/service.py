@@ -10,9 +10,9 @@ from typing import Any
 from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
-from service.errors import FieldError, ProblemError, invalid, not_found
 from service.ids import new_id
 from service.models import VerifierVersion
+from service.problems import FieldError, ProblemError, invalid, not_found
 from service.verifiers.schemas import VerifierCreate, VerifierTestRequest, VerifierTestResult
 from workers.verifiers import (
     Resolver,

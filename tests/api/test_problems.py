@@ -45,6 +45,20 @@ def test_every_bad_field_is_listed_with_its_path(client: httpx.Client) -> None:
     assert set(error_paths(problem(r, 422) and r)) == {"query.limit", "query.status"}
 
 
+def test_a_spec_the_engine_would_refuse_is_refused_at_submission(client: httpx.Client) -> None:
+    """The request model is the engine's TrainSpec: its validators run before anything is stored."""
+    make_verifier(client)
+    ds = make_dataset(client, "mb")
+    grpo = {"steps": 2, "prompts_per_step": 2, "group_size": 8, "micro_batch_size": 3}
+    r = client.post("/v1/jobs", json=job_body(ds, grpo=grpo))
+    problem(r, 422)
+    assert error_paths(r) == ["$.grpo.micro_batch_size"]
+    assert "must divide prompts_per_step * group_size = 16" in r.json()["detail"]
+    assert client.get("/v1/jobs").json()["data"] == []  # nothing stored
+    r = client.post("/v1/jobs", json=job_body(ds, grpo={**grpo, "micro_batch_size": 4}))
+    assert r.status_code == 201, r.text
+
+
 def test_body_limit_counts_streamed_bytes(client: httpx.Client) -> None:
     big = b'{"name": "x", "records": [' + b'{"prompt": "aaaaaaaaaa"},' * 60_000 + b"]}"
     problem(

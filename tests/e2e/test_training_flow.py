@@ -128,7 +128,7 @@ def test_second_delivery_does_not_start_a_second_run(
     client = svc.client(svc.new_key(f"dup-{tmp_path.name}"))
     job = submit_digit_job(client, tiny_model_dir)
     from service.settings import Settings
-    from workers.celery_app import make_celery
+    from service.worker import make_celery
 
     settings = Settings(**{k[5:].lower(): v for k, v in svc.env.items() if k.startswith("GRPO_")})
     make_celery(settings).send_task("grpo.train_job", args=[job["id"]], queue="gpu")

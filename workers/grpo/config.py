@@ -1,7 +1,8 @@
 """Typed hyper-parameters of a GRPO run: one object, stored with the job and in every checkpoint.
 
-These pydantic models are the single source of truth for the job spec's training knobs: the
-API validates `POST /v1/jobs` bodies with them and the engine reads them. This module imports
+These pydantic models are the one declaration of the job spec's training part: the API's request
+model (`service.jobs.schemas.JobCreate`) extends `TrainSpec`, so every check here runs at
+submission and a spec the engine would refuse is a 422 naming its field. This module imports
 neither torch nor FastAPI, so both sides can use it.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 
 class _Strict(BaseModel):
@@ -57,6 +58,16 @@ class GRPOParams(_Strict):
         4, ge=0, le=64, description="Most extra draws per step when skip_zero_std_groups is on."
     )
 
+    @field_validator("micro_batch_size")
+    @classmethod
+    def _divides_the_batch(cls, value: int | None, info: ValidationInfo) -> int | None:
+        # Every micro-batch divides by the whole batch's denominator: equal parts keep the
+        # accumulated gradient equal to the one-batch gradient.
+        p, g = info.data.get("prompts_per_step"), info.data.get("group_size")
+        if value is not None and p is not None and g is not None and (p * g) % value:
+            raise ValueError(f"must divide prompts_per_step * group_size = {p * g}")
+        return value
+
     @property
     def clip_high(self) -> float:
         return self.clip_epsilon if self.clip_epsilon_high is None else self.clip_epsilon_high
@@ -93,11 +104,3 @@ class TrainSpec(_Strict):
     lora: LoraParams | None = None
     checkpoint_every: int = Field(50, ge=1, description="Save a checkpoint every N steps.")
     eval_every: int = Field(25, ge=1, description="Evaluate on the held-out set every N steps.")
-
-    @model_validator(mode="after")
-    def _check(self) -> TrainSpec:
-        if self.grpo.micro_batch_size is not None:
-            n = self.grpo.prompts_per_step * self.grpo.group_size
-            if n % self.grpo.micro_batch_size:
-                raise ValueError("grpo.micro_batch_size must divide prompts_per_step*group_size")
-        return self

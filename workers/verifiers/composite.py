@@ -110,17 +110,21 @@ class CompositeVerifier(BaseVerifier):
         self._stack.close()
 
 
+# (kind, config, name, limits) -> a runnable leaf verifier: `factory.open_verifier` passes its
+# own, so this module needs no import of the factory that imports it.
+OpenLeaf = Callable[[str, dict[str, Any], str, Any], Verifier]
+
+
 def open_composite(
     config: dict[str, Any],
     resolve: Resolver,
+    open_leaf: OpenLeaf,
     *,
     name: str,
     limits: Any = None,
     _path: tuple[tuple[str, int], ...] = (),
 ) -> CompositeVerifier:
     """At run time: open every (pinned) part, recursively; refuses cycles like pin_composite."""
-    from .factory import open_verifier
-
     cfg = parse_config("composite", config)
     assert isinstance(cfg, CompositeConfig)
     resolved, _ = _walk(cfg, resolve, _path, pin=False)
@@ -130,9 +134,10 @@ def open_composite(
             label = f"{part.name}@{version}"
             if kind == "composite":
                 inner = open_composite(
-                    conf, resolve, name=label, limits=limits, _path=(*_path, (part.name, version))
-                )
+                    conf, resolve, open_leaf, name=label, limits=limits,
+                    _path=(*_path, (part.name, version)),
+                )  # fmt: skip
             else:
-                inner = open_verifier(kind, conf, name=f"{name}/{label}", limits=limits)
+                inner = open_leaf(kind, conf, f"{name}/{label}", limits)
             parts.append((label, part.weight, stack.enter_context(inner)))
         return CompositeVerifier(name, parts, stack.pop_all())

@@ -33,7 +33,14 @@ def open_verifier(
             raise TypeError(
                 "a composite verifier needs resolve=(name, version) -> (version, kind, config)"
             )
-        return open_composite(config, resolve, name=name, limits=limits)
+        return open_composite(config, resolve, _open_leaf, name=name, limits=limits)
+    return _open_leaf(kind, config, name, limits)
+
+
+def _open_leaf(
+    kind: str, config: dict[str, Any], name: str, limits: ChildLimits | None
+) -> Verifier:
+    """Any kind but `composite` (whose parts open through this function)."""
     model = parse_config(kind, config)
     if isinstance(model, PythonConfig):
         return PythonVerifier(name, model, limits=limits)

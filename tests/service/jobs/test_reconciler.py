@@ -7,12 +7,12 @@ from datetime import timedelta
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.jobs import lifecycle
+from service.jobs.reconciler import reconcile
 from service.models import Job, JobEvent
 from service.models.base import utcnow
 from service.settings import Settings
-from tests.workers.jobs.test_lease import make_job
-from workers.jobs import lease
-from workers.jobs.reconciler import reconcile
+from tests.service.jobs.test_lifecycle import make_job
 
 SETTINGS = Settings(max_attempts=2, requeue_after_seconds=30)
 
@@ -39,13 +39,13 @@ def test_expired_lease_is_requeued_then_fails_after_max_attempts(
 ) -> None:
     job_id = make_job(sessions)
     with sessions.begin() as s:
-        lease.claim(s, job_id, 60)
+        lifecycle.claim(s, job_id, 60)
     assert run(sessions) == []  # a live lease is left alone
     expire(sessions, job_id)
     assert job_id in run(sessions)
     assert job_row(sessions, job_id).status == "queued"
     with sessions.begin() as s:
-        assert lease.claim(s, job_id, 60) == 2
+        assert lifecycle.claim(s, job_id, 60) == 2
     expire(sessions, job_id)
     assert job_id not in run(sessions)
     job = job_row(sessions, job_id)
@@ -59,7 +59,7 @@ def test_expired_lease_is_requeued_then_fails_after_max_attempts(
 def test_cancel_of_a_dead_worker_completes(sessions: sessionmaker[Session]) -> None:
     job_id = make_job(sessions)
     with sessions.begin() as s:
-        lease.claim(s, job_id, 60)
+        lifecycle.claim(s, job_id, 60)
         s.execute(update(Job).where(Job.id == job_id).values(status="cancelling"))
     expire(sessions, job_id)
     assert run(sessions) == []

@@ -1,10 +1,10 @@
-"""Celery tasks: thin adapters that pass ids and call plain functions."""
+"""The jobs domain's Celery task: a thin adapter that passes the job id to the runner."""
 
 from celery.signals import after_setup_logger, after_setup_task_logger, worker_process_init
 
 from service.db import end_idle_transactions_after
 from service.settings import get_settings
-from workers.celery_app import TRAIN_TASK, app
+from service.worker import TRAIN_TASK, app
 from workers.observability import JsonFormatter
 
 
@@ -25,6 +25,6 @@ def _no_frozen_row_locks(**_kwargs: object) -> None:
 @app.task(name=TRAIN_TASK)
 def train_job(job_id: str) -> None:
     # Imported here so that the API, which imports this module's app, never loads torch.
-    from workers.jobs.run import run_job
+    from service.jobs.runner import run_job
 
     run_job(job_id)

@@ -1,7 +1,7 @@
 """Run one job on this worker: claim it, train through the engine, record every outcome.
 
 Called by the Celery task with nothing but the job id. Every write goes through the fenced
-helpers in `lease`, so a run that lost its claim can change nothing.
+transitions of `lifecycle`, so a run that lost its claim can change nothing.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from sqlalchemy.exc import OperationalError
 
 from service.db import session_scope
 from service.ids import new_id
+from service.jobs import lifecycle
+from service.jobs.archive import extract_tar, make_tar
+from service.jobs.scorers import open_scorers, records_from_jsonl
 from service.models import Checkpoint, Dataset, Job
 from service.settings import Settings, get_settings
 from service.storage import ObjectStorage, open_storage_from_settings
-from workers.celery_app import enqueue_training
-from workers.jobs import lease
-from workers.jobs.archive import extract_tar, make_tar
-from workers.jobs.scorers import open_scorers, records_from_jsonl
+from service.worker import enqueue_training
 from workers.observability import job_context, record_step
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class JobRun:
 
     # -- engine hooks -------------------------------------------------------------------
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
-        self._fenced(lease.record_step, step, metrics)
+        self._fenced(lifecycle.record_step, step, metrics)
         record_step(metrics)
         log.info("step %d/%s reward_mean %.4f", step, self.total_steps, metrics["reward_mean"])
 
@@ -71,7 +71,7 @@ class JobRun:
             sha256=sha256,
             format=fmt,
         )
-        self._fenced(lease.record_checkpoint, row)
+        self._fenced(lifecycle.record_checkpoint, row)
 
     def should_stop(self) -> bool:
         if self.lost.is_set():
@@ -82,11 +82,9 @@ class JobRun:
         return self.release_requested.is_set() and not self.lost.is_set()
 
     def on_event(self, type_: str, message: str, data: dict[str, Any]) -> None:
-        from service.jobs.events import add_event
-
         with session_scope() as session:
-            lease.fence(session, self.job_id, self.epoch, self.settings.lease_seconds)
-            add_event(session, self.job_id, type_, message, data)
+            lifecycle.fence(session, self.job_id, self.epoch, self.settings.lease_seconds)
+            lifecycle.add_event(session, self.job_id, type_, message, data)
 
     # -- lease upkeep -------------------------------------------------------------------
     def _fenced(self, write: Any, *args: Any) -> None:
@@ -98,7 +96,7 @@ class JobRun:
                 with session_scope() as session:
                     write(session, self.job_id, self.epoch, self.settings.lease_seconds, *args)
                 return
-            except lease.LeaseLost:
+            except lifecycle.LeaseLost:
                 self.lost.set()
                 raise
             except OperationalError:
@@ -120,13 +118,13 @@ class JobRun:
         while not self._stop_heartbeat.wait(self.settings.heartbeat_seconds):
             try:
                 with session_scope() as session:
-                    status = lease.fence(
+                    status = lifecycle.renew(
                         session, self.job_id, self.epoch, self.settings.lease_seconds
                     )
                 renewed = time.monotonic()
                 if status == "cancelling":
                     self.cancel_requested.set()
-            except lease.LeaseLost:
+            except lifecycle.LeaseLost:
                 log.warning("job %s epoch %s lost its lease; stopping", self.job_id, self.epoch)
                 self.lost.set()
                 return
@@ -148,12 +146,12 @@ class JobRun:
 
     def finish(self, status: str, error: dict[str, Any] | None = None) -> None:
         with session_scope() as session:
-            lease.finish(session, self.job_id, self.epoch, status, error)
+            lifecycle.finish(session, self.job_id, self.epoch, status, error)
 
     def release(self) -> None:
         """Give the job back to the queue for another worker, or finish a pending cancel."""
         with session_scope() as session:
-            released = lease.release(session, self.job_id, self.epoch)
+            released = lifecycle.release(session, self.job_id, self.epoch)
             queue = session.scalar(select(Job.queue).where(Job.id == self.job_id))
         if released:
             enqueue_training(self.job_id, queue or "gpu")
@@ -209,7 +207,7 @@ def run_job(job_id: str, settings: Settings | None = None) -> None:
     settings = settings or get_settings()
     with session_scope() as session:
         worker = f"{socket.gethostname()}:{os.getpid()}"
-        epoch = lease.claim(session, job_id, settings.lease_seconds, worker)
+        epoch = lifecycle.claim(session, job_id, settings.lease_seconds, worker)
         if epoch is None:
             log.info("job %s is not claimable (taken, finished or cancelled); dropping", job_id)
             return
@@ -225,7 +223,7 @@ def run_job(job_id: str, settings: Settings | None = None) -> None:
     try:
         with run.sigterm_releases():
             _train(run, job, storage, work_dir)
-    except lease.LeaseLost:
+    except lifecycle.LeaseLost:
         log.warning("job %s epoch %s: lease lost, this run writes nothing more", job_id, epoch)
     except OperationalError:
         # The database went away for longer than a write can wait. That is no fault of the job:

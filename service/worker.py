@@ -1,7 +1,10 @@
-"""The Celery app. Importing it loads no torch: the API uses it to enqueue wake-ups.
+"""Queue infrastructure: the Celery app, `enqueue_training` and `queue_depth`.
 
-The broker message is only a wake-up; the job row and its lease are the truth. So tasks ack
-early, prefetch one message at a time, and a worker trains one job per GPU (`-c 1`).
+It imports only the settings (as polar's `polar/worker`): the API enqueues wake-ups through it
+without loading torch, and each domain owns its tasks (`service.jobs.tasks`, named in
+`include`, imported by the worker process only). The broker message is only a wake-up; the job
+row and its lease are the truth. So tasks ack early, prefetch one message at a time, and a
+worker trains one job per GPU (`-c 1`).
 """
 
 from __future__ import annotations
@@ -16,18 +19,20 @@ TRAIN_TASK = "grpo.train_job"
 
 
 def make_celery(settings: Settings) -> Celery:
-    app = Celery("grpo", broker=settings.effective_broker_url, include=["workers.tasks"])
+    app = Celery("grpo", broker=settings.effective_broker_url, include=["service.jobs.tasks"])
     # A broker that is down must not hang a request: fail fast, the reconciler re-enqueues.
     transport_options: dict[str, object] = {"socket_connect_timeout": 3, "socket_timeout": 10}
     if settings.broker_url is None:
         # Embedded mode: kombu's filesystem transport, a folder shared by the API and the worker.
         folder = settings.broker_folder
-        for sub in ("queue", "processed"):
+        for sub in ("queue", "processed", "control"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
         transport_options = {
             "data_folder_in": str(folder / "queue"),
             "data_folder_out": str(folder / "queue"),
             "processed_folder": str(folder / "processed"),
+            # kombu's default is ./control, in whatever directory the process started from
+            "control_folder": str(folder / "control"),
             "store_processed": False,
         }
     app.conf.update(
@@ -54,7 +59,7 @@ def enqueue_training(job_id: str, queue: str = "gpu") -> None:
     get_celery().send_task(TRAIN_TASK, args=[job_id], queue=queue)
 
 
-# `celery -A workers.celery_app worker` looks for this name.
+# `celery -A service.worker worker` looks for this name.
 app = get_celery()
 
 

@@ -10,9 +10,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.auth.service import get_or_create_tenant
 from service.ids import new_id
+from service.jobs import lifecycle
 from service.models import Dataset, Job, JobMetric
 from service.models.base import utcnow
-from workers.jobs import lease
 
 
 def make_job(sessions: sessionmaker[Session]) -> str:
@@ -32,27 +32,27 @@ def make_job(sessions: sessionmaker[Session]) -> str:
 def test_only_one_claim_wins(sessions: sessionmaker[Session]) -> None:
     job_id = make_job(sessions)
     with sessions.begin() as s:
-        first = lease.claim(s, job_id, 60)
+        first = lifecycle.claim(s, job_id, 60)
     with sessions.begin() as s:
-        second = lease.claim(s, job_id, 60)
+        second = lifecycle.claim(s, job_id, 60)
     assert first == 1 and second is None
 
 
 def test_expired_lease_is_taken_over_and_fences_the_zombie(sessions: sessionmaker[Session]) -> None:
     job_id = make_job(sessions)
     with sessions.begin() as s:
-        old = lease.claim(s, job_id, 60)
-        lease.record_step(s, job_id, old, 60, 1, {"reward_mean": 0.1})
+        old = lifecycle.claim(s, job_id, 60)
+        lifecycle.record_step(s, job_id, old, 60, 1, {"reward_mean": 0.1})
     with sessions.begin() as s:  # the old worker stops heartbeating; its lease runs out
         s.execute(update(Job).where(Job.id == job_id).values(lease_until=utcnow() - timedelta(1)))
     with sessions.begin() as s:
-        new = lease.claim(s, job_id, 60)
+        new = lifecycle.claim(s, job_id, 60)
     assert new == old + 1
-    with pytest.raises(lease.LeaseLost), sessions.begin() as s:
-        lease.record_step(s, job_id, old, 60, 2, {"reward_mean": 9.9})
+    with pytest.raises(lifecycle.LeaseLost), sessions.begin() as s:
+        lifecycle.record_step(s, job_id, old, 60, 2, {"reward_mean": 9.9})
     with sessions.begin() as s:
-        assert not lease.finish(s, job_id, old, "succeeded")
-        assert lease.finish(s, job_id, new, "succeeded")
+        assert not lifecycle.finish(s, job_id, old, "succeeded")
+        assert lifecycle.finish(s, job_id, new, "succeeded")
     with sessions.begin() as s:
         job = s.get(Job, job_id)
         assert job is not None and job.status == "succeeded" and job.step == 1
@@ -63,12 +63,12 @@ def test_expired_lease_is_taken_over_and_fences_the_zombie(sessions: sessionmake
 def test_finished_job_cannot_be_claimed_or_written(sessions: sessionmaker[Session]) -> None:
     job_id = make_job(sessions)
     with sessions.begin() as s:
-        epoch = lease.claim(s, job_id, 60)
-        assert lease.finish(s, job_id, epoch, "failed", {"code": "x", "message": "boom"})
+        epoch = lifecycle.claim(s, job_id, 60)
+        assert lifecycle.finish(s, job_id, epoch, "failed", {"code": "x", "message": "boom"})
     with sessions.begin() as s:
-        assert lease.claim(s, job_id, 60) is None
-    with pytest.raises(lease.LeaseLost), sessions.begin() as s:
-        lease.fence(s, job_id, epoch, 60)
+        assert lifecycle.claim(s, job_id, 60) is None
+    with pytest.raises(lifecycle.LeaseLost), sessions.begin() as s:
+        lifecycle.fence(s, job_id, epoch, 60)
 
 
 def test_migrations_downgrade_and_upgrade_again(db_url: str) -> None:

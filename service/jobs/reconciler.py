@@ -1,0 +1,64 @@
+"""The reconciler: the database row is the truth, so it repairs what the broker lost.
+
+Every pass, idempotent and safe to run in many processes at once (each change is one
+conditional UPDATE of `lifecycle`):
+- a `cancelling` job whose lease expired (its worker died) becomes `cancelled`;
+- a `running` job whose lease expired goes back to `queued` and is enqueued again (it resumes
+  from its last committed checkpoint), or fails once it has used `max_attempts` claims;
+- a `queued` job waiting longer than `requeue_after_seconds` while its queue holds no message
+  at all had its message lost (a broker restart, a flushed Redis): it is enqueued again.
+A duplicate message costs nothing: the claim lets exactly one run through.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+
+from sqlalchemy.orm import Session
+
+from service import worker
+from service.db import session_scope
+from service.jobs import lifecycle
+from service.models import Job
+from service.models.base import utcnow
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+QueueDepth = Callable[[str], int | None]  # messages waiting in a queue; None when unknown
+
+
+def reconcile(session: Session, settings: Settings, queue_depth: QueueDepth) -> list[Job]:
+    """One pass; returns the jobs to enqueue once this transaction has committed."""
+    to_enqueue = lifecycle.expire(session, settings.max_attempts)
+    stale = utcnow() - timedelta(seconds=settings.requeue_after_seconds)
+    empty_queues: dict[str, bool] = {}
+    for job in lifecycle.waiting_since(session, stale):
+        if job.queue not in empty_queues:
+            empty_queues[job.queue] = queue_depth(job.queue) == 0
+        if empty_queues[job.queue]:
+            lifecycle.requeue(session, job)
+            to_enqueue.append(job)
+    session.flush()
+    return to_enqueue
+
+
+def run_once(settings: Settings) -> int:
+    with session_scope() as session:
+        jobs = [(j.id, j.queue) for j in reconcile(session, settings, worker.queue_depth)]
+    for job_id, queue in jobs:
+        worker.enqueue_training(job_id, queue)
+    return len(jobs)
+
+
+def run_forever(settings: Settings, stop: threading.Event) -> None:
+    """The reconciler loop, run beside every worker; errors are logged, never fatal."""
+    while not stop.wait(settings.reconcile_seconds):
+        try:
+            if count := run_once(settings):
+                log.info("reconciler enqueued %d job(s)", count)
+        except Exception:
+            log.exception("reconciler pass failed")
