@@ -36,3 +36,12 @@ def test_the_api_process_loads_no_torch() -> None:
     loaded = _loaded_after("import service.main")
     assert "fastapi" in loaded
     assert loaded.isdisjoint({"torch", "transformers", "peft", "safetensors", "trl"})
+
+
+def test_the_job_layer_loads_no_web_framework() -> None:
+    loaded = _loaded_after(
+        "import service.jobs.lifecycle, service.jobs.runner, service.jobs.tasks\n"
+        "import service.jobs.reconciler, service.worker"
+    )
+    assert "celery" in loaded and "sqlalchemy" in loaded
+    assert loaded.isdisjoint({"fastapi", "starlette", "uvicorn"})

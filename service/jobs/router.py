@@ -67,8 +67,8 @@ _POLL = select(*(Job.__table__.c[name] for name in JobOut.model_fields)).where(
 # Status polls reading at once, per process: well under the engine's pool_size (10), so that a
 # burst of polls never checks out overflow connections (each one opened and closed again: a
 # PostgreSQL backend forked per burst), and few threads contend for the GIL; a poll beyond it
-# waits its turn on the event loop instead. On 2 cores, 4 measured best (2: fewer polls/s, 8
-# or the thread pool's 40: fewer polls/s and a longer p99).
+# waits its turn on the event loop instead. The value was chosen with `bench/api_load.py`: both
+# fewer and more served fewer polls a second, and more also lengthened the p99 (bench/README.md).
 POLL_CONCURRENCY = 4
 _poll_limiter: RunVar[anyio.CapacityLimiter] = RunVar("grpo_poll_limiter")
 

@@ -208,7 +208,7 @@ def _run_batch(batch, call, write, nonce, cpu_hard):
         with contextlib.suppress(ValueError, OSError):
             _arm_cpu(timeout_s, cpu_hard)
     # One frame per item, written as soon as it is known: a later item that hangs or kills
-    # the process cannot take the earlier results with it (costs ~15% of peak throughput).
+    # the process cannot take the earlier results with it (at some cost in peak throughput).
     for i, sample in enumerate(batch["items"]):
         try:
             value = call(sample)
