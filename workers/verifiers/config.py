@@ -6,12 +6,12 @@ This module is imported by the API process, so it must stay free of torch, FastA
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
+from .patterns import PatternError, compile_pattern, schema_depth, schema_patterns
 from .python_source import analyse_python_source
 
 KINDS: tuple[str, ...] = (
@@ -90,10 +90,10 @@ class ExactMatchConfig(_Config):
     normalize_whitespace: SBool = False
 
 
-REGEX_FLAGS = {"IGNORECASE": re.IGNORECASE, "MULTILINE": re.MULTILINE, "DOTALL": re.DOTALL}
-
-
 class RegexConfig(_Config):
+    """Score 1.0 when the completion matches `pattern` (RE2 syntax: `patterns.py`) and, with
+    `field`, the matched `group` equals the record's field; 0.0 otherwise."""
+
     pattern: Annotated[str, Strict(), Field(min_length=1, max_length=MAX_PATTERN_CHARS)]
     mode: Literal["search", "fullmatch"] = "search"
     field: FieldName | None = None
@@ -103,7 +103,7 @@ class RegexConfig(_Config):
     @field_validator("pattern")
     @classmethod
     def _check_pattern(cls, v: str) -> str:
-        if message := _pattern_error(v, 0):
+        if message := _pattern_error(v, ()):
             raise _custom("regex_pattern", message)
         return v
 
@@ -114,11 +114,8 @@ class RegexConfig(_Config):
             return v
         raise _custom("group", "group must be a group number (>= 0) or a group name")
 
-    def compiled(self) -> re.Pattern[str]:
-        flags = 0
-        for name in self.flags:
-            flags |= REGEX_FLAGS[name]
-        return re.compile(self.pattern, flags)
+    def compiled(self) -> Any:
+        return compile_pattern(self.pattern, self.flags)
 
 
 class NumericConfig(_Config):
@@ -134,6 +131,7 @@ class LengthConfig(_Config):
 
 
 MAX_SCHEMA_BYTES = 64 * 1024
+MAX_SCHEMA_DEPTH = 32
 
 
 class JsonSchemaConfig(_Config):
@@ -161,6 +159,12 @@ class JsonSchemaConfig(_Config):
             raise _custom("json_schema", f"schema is not plain JSON: {exc}") from None
         if size > MAX_SCHEMA_BYTES:
             raise _custom("json_schema", f"schema is {size} bytes; the limit is 64 kB")
+        if (depth := schema_depth(v)) > MAX_SCHEMA_DEPTH:
+            message = f"schema nests {depth} levels deep; the limit is {MAX_SCHEMA_DEPTH}"
+            raise _custom("json_schema", message)
+        for where, pattern in schema_patterns(v):
+            if message := _pattern_error(pattern, ()):
+                raise _custom("json_schema", f"at {'/'.join(map(str, where))}: {message}")
         try:
             validators.validator_for(v).check_schema(v)
         except exceptions.SchemaError as exc:
@@ -196,14 +200,11 @@ MODELS: dict[str, type[_Config]] = {
 }
 
 
-def _pattern_error(pattern: str, flags: int) -> str | None:
+def _pattern_error(pattern: str, flags: tuple[str, ...] | list[str]) -> str | None:
     try:
-        re.compile(pattern, flags)
-    except re.error as exc:
-        where = f" at position {exc.pos}" if exc.pos is not None else ""
-        return f"re.error: {exc.msg}{where}"
-    except (RecursionError, OverflowError, MemoryError) as exc:
-        return f"pattern does not compile: {type(exc).__name__}"
+        compile_pattern(pattern, flags)
+    except PatternError as exc:
+        return str(exc)
     return None
 
 
@@ -211,7 +212,7 @@ def _regex_errors(cfg: RegexConfig) -> list[tuple[ErrorPath, str]]:
     try:
         pattern = cfg.compiled()
     except Exception:  # only the flags can make a pattern that compiled alone fail now
-        message = _pattern_error(cfg.pattern, sum(REGEX_FLAGS[f] for f in cfg.flags))
+        message = _pattern_error(cfg.pattern, cfg.flags)
         return [(("pattern",), message or "pattern does not compile with these flags")]
     g = cfg.group
     if isinstance(g, int) and g > pattern.groups:

@@ -3,22 +3,23 @@
 Runs in the worker process. Remote `$ref`s are never fetched (the `referencing` registry that
 jsonschema uses retrieves nothing by default), and the completion is parsed by the standard
 library with a size cap, so a hostile completion costs at most one bounded parse.
-Known limit: a schema's `pattern` runs Python's backtracking `re` on the completion; the schema
-comes from the tenant who owns the job, so a catastrophic pattern only slows their own job.
+The schema's regexes (`pattern`, `patternProperties`, and so `additionalProperties` beside
+them) run on RE2 (`patterns.py`), in time linear in the completion.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from jsonschema import validators
+from jsonschema import ValidationError, validators
 
 from .base import Sample
 from .builtin import _field
 from .config import JsonSchemaConfig
+from .patterns import compile_pattern
 
 MAX_COMPLETION_CHARS = 1 << 20
 _FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
@@ -48,9 +49,46 @@ def extract_json(completion: str, how: str) -> Any:
     return _parse(fences[-1].strip()) if fences else _NO_JSON
 
 
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+    if validator.is_type(instance, "string") and not compile_pattern(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(
+    validator: Any, patterns: dict[str, Any], instance: Any, schema: Any
+) -> Iterator[Any]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        regex = compile_pattern(pattern)
+        for key, value in instance.items():
+            if regex.search(key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, extra: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    if not validator.is_type(instance, "object"):
+        return
+    named = schema.get("properties", {})
+    regexes = [compile_pattern(p) for p in schema.get("patternProperties", {})]
+    extras = [k for k in instance if k not in named and not any(r.search(k) for r in regexes)]
+    if validator.is_type(extra, "object"):
+        for key in extras:
+            yield from validator.descend(instance[key], extra, path=key)
+    elif not extra and extras:
+        yield ValidationError(f"Additional properties are not allowed ({extras!r} unexpected)")
+
+
+_RE2_KEYWORDS = {
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+}
+
+
 def json_schema(cfg: JsonSchemaConfig) -> Callable[[Sample], float]:
-    validator_cls = validators.validator_for(cfg.json_schema)
-    validator = validator_cls(cfg.json_schema)
+    base = validators.validator_for(cfg.json_schema)
+    validator = validators.extend(base, _RE2_KEYWORDS)(cfg.json_schema)
 
     def fn(sample: Sample) -> float:
         completion = sample.get("completion")
