@@ -11,9 +11,11 @@ JobStatus = Literal["queued", "running", "cancelling", "succeeded", "failed", "c
 class VerifierRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1)
-    version: int | None = Field(None, ge=1, description="Pinned to the latest when omitted.")
-    weight: float = 1.0
+    name: str = Field(min_length=1, max_length=200)
+    version: int | None = Field(
+        None, ge=1, le=2**31 - 1, description="Pinned to the latest when omitted."
+    )
+    weight: float = Field(1.0, ge=-1e6, le=1e6, allow_inf_nan=False)
 
 
 class JobCreate(TrainSpec):

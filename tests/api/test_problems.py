@@ -59,6 +59,24 @@ def test_a_spec_the_engine_would_refuse_is_refused_at_submission(client: httpx.C
     assert r.status_code == 201, r.text
 
 
+def test_non_finite_and_out_of_range_numbers_are_refused(client: httpx.Client) -> None:
+    body = (
+        '{"base_model": "m", "dataset": "ds_x", "queue": "q",'
+        ' "verifiers": [{"name": "a", "weight": Infinity, "version": 1180591620717411303424}],'
+        ' "grpo": {"beta": NaN, "max_grad_norm": Infinity, "clip_epsilon_high": -Infinity,'
+        ' "seed": 1180591620717411303424, "weight_decay": 1e308},'
+        ' "generation": {"top_k": 1000000000, "stop": ["' + "x" * 5000 + '"]},'
+        ' "lora": {"alpha": Infinity}}'
+    )
+    r = client.post("/v1/jobs", content=body, headers={"content-type": "application/json"})
+    problem(r, 422)
+    assert set(error_paths(r)) == {
+        "$.verifiers[0].weight", "$.verifiers[0].version", "$.grpo.beta", "$.grpo.max_grad_norm",
+        "$.grpo.clip_epsilon_high", "$.grpo.seed", "$.grpo.weight_decay", "$.generation.top_k",
+        "$.generation.stop[0]", "$.lora.alpha",
+    }  # fmt: skip
+
+
 def test_body_limit_counts_streamed_bytes(client: httpx.Client) -> None:
     big = b'{"name": "x", "records": [' + b'{"prompt": "aaaaaaaaaa"},' * 60_000 + b"]}"
     problem(

@@ -8,13 +8,17 @@ neither torch nor FastAPI, so both sides can use it.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # No NaN or infinity anywhere: one would reach the loss and train every weight to NaN.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+Text = Annotated[str, Field(min_length=1, max_length=200)]
 
 
 class GRPOParams(_Strict):
@@ -25,11 +29,11 @@ class GRPOParams(_Strict):
     group_size: int = Field(8, ge=2, le=1024, description="Completions sampled per prompt (G).")
     learning_rate: float = Field(1e-5, gt=0, le=1.0, description="AdamW peak learning rate.")
     beta: float = Field(
-        0.04, ge=0, description="Weight of the k3 KL penalty; 0 skips the reference."
+        0.04, ge=0, le=100, description="Weight of the k3 KL penalty; 0 skips the reference."
     )
     clip_epsilon: float = Field(0.2, gt=0, lt=1, description="Lower clip range: ratio >= 1-eps.")
     clip_epsilon_high: float | None = Field(
-        None, gt=0, description="Upper clip range (DAPO); null means equal to clip_epsilon."
+        None, gt=0, le=10, description="Upper clip range (DAPO); null means equal to clip_epsilon."
     )
     std: Literal["population", "sample", "none"] = Field(
         "population", description="Group std used to scale advantages; none = Dr. GRPO."
@@ -38,13 +42,17 @@ class GRPOParams(_Strict):
         "sequence_mean", description="How per-token losses are averaged over the batch."
     )
     num_iterations: int = Field(1, ge=1, le=64, description="Optimisation passes per batch (mu).")
-    max_grad_norm: float = Field(1.0, gt=0, description="Gradient norm clip.")
-    seed: int = Field(0, ge=0, description="Seed for data order, sampling and initialisation.")
-    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
+    max_grad_norm: float = Field(1.0, gt=0, le=1e6, description="Gradient norm clip.")
+    seed: int = Field(
+        0, ge=0, le=2**32 - 1, description="Seed for data order, sampling and initialisation."
+    )
+    warmup_steps: int = Field(
+        0, ge=0, le=1_000_000, description="Linear learning-rate warm-up steps."
+    )
     lr_schedule: Literal["constant", "cosine"] = Field(
         "constant", description="Schedule after warm-up."
     )
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    weight_decay: float = Field(0.0, ge=0, le=1.0, description="AdamW weight decay.")
     micro_batch_size: int | None = Field(
         None, ge=1, description="Completions per forward/backward; null = the whole batch."
     )
@@ -79,17 +87,17 @@ class GenerationParams(_Strict):
     max_new_tokens: int = Field(256, ge=1, le=32768, description="Completion length cap.")
     temperature: float = Field(1.0, gt=0, le=10, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    top_k: int = Field(0, ge=0, description="Top-k sampling; 0 disables it.")
-    stop: list[str] = Field(default_factory=list, max_length=16, description="Stop strings.")
+    top_k: int = Field(0, ge=0, le=1_000_000, description="Top-k sampling; 0 disables it.")
+    stop: list[Text] = Field(default_factory=list, max_length=16, description="Stop strings.")
 
 
 class LoraParams(_Strict):
     """A LoRA adapter (peft) instead of full fine-tuning."""
 
     r: int = Field(16, ge=1, le=1024)
-    alpha: float = Field(32, gt=0)
+    alpha: float = Field(32, gt=0, le=1e5)
     dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: str | list[str] = Field("all-linear")
+    target_modules: Text | list[Text] = Field("all-linear", max_length=64)
     export_merged: bool = Field(
         False, description="Also write merged full weights to `merged/` in every checkpoint."
     )
