@@ -38,10 +38,10 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import workers.grpo.sampling as sampling
+    import workers.grpo.fast.sampling as sampling
     from bench.vs_trl import build
     from workers.grpo.config import GenerationParams
-    from workers.grpo.lean_decode import LeanDecoder
+    from workers.grpo.fast.lean_decode import LeanDecoder
 
     default = sampling.RETIRE_AT
     fed: list[int] = []
@@ -64,10 +64,11 @@ def main() -> None:
             for retire_at in times:
                 sampling.RETIRE_AT = retire_at
                 own = torch.Generator().manual_seed(rep)
-                sampler = sampling.HFSampler(model, tokenizer, own, lean=not a.own_forward)
+                lean = not a.own_forward
+                sampler = sampling.FastSampler(model, tokenizer, own, lean=lean, record=True)
                 fed.clear()
                 start = time.perf_counter()
-                out = sampler.generate(prompts, 8, params, keep_activations=True)
+                out = sampler.generate(prompts, 8, params)
                 times[retire_at].append(time.perf_counter() - start)
                 rows[retire_at].append(sum(fed))
             lengths += out.lengths

@@ -30,15 +30,15 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import workers.grpo.lean_decode as lean_decode
+    import workers.grpo.fast.lean_decode as lean_decode
     from bench.vs_trl import build
     from workers.grpo.config import GenerationParams
-    from workers.grpo.sampling import HFSampler
+    from workers.grpo.fast.sampling import FastSampler
 
     with tempfile.TemporaryDirectory() as tmp:
         path = build(a.size, Path(tmp))
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        sampler = HFSampler(model, AutoTokenizer.from_pretrained(path), torch.Generator())
+        sampler = FastSampler(model, AutoTokenizer.from_pretrained(path), torch.Generator())
         params = GenerationParams(max_new_tokens=a.new_tokens)
         print(f"{a.size}, 2 prompts x 8 completions x {a.new_tokens} tokens, median ms:")
         for length in (8, 16, 32, 64, 128, 256):

@@ -6,13 +6,13 @@ loss stay fp32. On CPU (and older GPUs) forward passes run in the weights' dtype
 
 On CPU, `use_cpu_weight_layout` can store every linear layer's weight (out, in) column-major:
 `F.linear` computes x @ W.T, and with W.T row-major the BLAS runs a plain (NN) product instead of
-one with a transposed operand, which for the few-row products of decoding through the model's
-own forward is markedly faster (16 rows x 512 -> 1536 on one core: 365 -> 270 us; one 25M-model
-generation: 0.685 -> 0.626 s). Models the lean decoder covers decode on packed copies instead
-(lean_decode.py), and there row-major is better: the fused AdamW step copies every non-contiguous
-weight's gradient (25M parameters: 44 -> 16 ms a step) and packing reads row-major without a
-copy. Same values, same shapes either way; gradients and optimizer state follow the layout;
-checkpoints are written contiguous by `save_pretrained`.
+one with a transposed operand, which is faster for the few-row products of decoding through the
+model's own forward. Models the lean decoder covers decode on packed copies instead
+(`fast/lean_decode.py`), and there row-major is better: the fused AdamW step copies every
+non-contiguous weight's gradient, and packing reads row-major without a copy. Which layout a
+run uses is its backend's choice (`Backend.prepare`). Same values, same shapes either way;
+gradients and optimizer state follow the layout; checkpoints are written contiguous by
+`save_pretrained`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def use_cpu_weight_layout(model: torch.nn.Module, column_major: bool = True) -> 
 
     Every CPU parameter is copied into memory of its own, so the mapping of the checkpoint file
     that `from_pretrained` reads weights through is released: its pages, touched by the copies,
-    would otherwise stay in the resident set for the whole run (+94 MiB at 25M parameters).
+    would otherwise stay in the resident set for the whole run.
     """
     embedding = model.get_input_embeddings()
     tied = embedding.weight if embedding is not None else None

@@ -1,8 +1,7 @@
 """Loading the policy, its tokenizer and the reference policy pi_ref for the KL term.
 
 Full fine-tuning: pi_ref is a frozen copy of the initial weights. LoRA (peft): pi_ref is the same
-model with the adapter disabled, so no second copy is held in memory. A LoRA model runs the
-lean forward too (`lean_lora.py`: merged for decoding, low-rank updates for scoring and training).
+model with the adapter disabled, so no second copy is held in memory.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from workers.grpo.config import TrainSpec
 from workers.grpo.device import use_cpu_weight_layout
-from workers.grpo.lean import supported
 
 
 class ModelLoadError(RuntimeError):
@@ -43,8 +41,8 @@ def _load_base(name: str, device: str, what: str = "base_model") -> tuple[Any, A
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = model.to(device)
-    # column-major only where decoding goes through the model's own forward (device.py)
-    use_cpu_weight_layout(model, column_major=not supported(model, 0))
+    # each weight in memory of its own (device.py); the backend may re-lay it out (`prepare`)
+    use_cpu_weight_layout(model, column_major=False)
     return model, tokenizer
 
 

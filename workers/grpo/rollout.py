@@ -56,17 +56,13 @@ def collect_rollout(
     """Draw prompts, sample G completions each, score them; refill flat groups if asked."""
     timing = {"generation_seconds": 0.0, "scoring_seconds": 0.0}
     G = grpo.group_size
-    # The decode record, replayed by the training forward, holds the whole batch's matmul
-    # outputs: kept only when that forward runs as one batch (micro-batches bound memory).
-    batch = grpo.prompts_per_step * G
-    replay = grpo.micro_batch_size is None or grpo.micro_batch_size >= batch
 
     def sample(k: int) -> tuple[list[dict], Generation, Tensor, dict[str, float]]:
         records = draw(k)
         t0 = time.perf_counter()
         keep = grpo.num_iterations > 1  # pi_old from the sampling pass
         prompts = [r["prompt"] for r in records]
-        out = sampler.generate(prompts, G, gen, keep_logprobs=keep, keep_activations=replay)
+        out = sampler.generate(prompts, G, gen, keep_logprobs=keep)
         t1 = time.perf_counter()
         rewards, metrics = score_completions(scorers, records, out.texts, G, on_event)  # (k*G,)
         timing["generation_seconds"] += t1 - t0
@@ -102,7 +98,7 @@ def merge_generations(
     parts: list[Generation], rows: list[tuple[int, int]], pad_id: int
 ) -> Generation:
     """The rows (part, row) of several generations as one, re-padded (prompts left, completions
-    right) to the widest prompt and completion."""
+    right) to the widest prompt and completion. The backends' states stay with their parts."""
     if len(parts) == 1 and [r for _, r in rows] == list(range(len(rows))):
         return parts[0]
     width_p = max(p.prompt_ids.shape[1] for p in parts)
@@ -120,10 +116,7 @@ def merge_generations(
     lengths = (
         None if any(p.lengths is None for p in parts) else [parts[p].lengths[r] for p, r in rows]
     )
-    groups = None
-    if all(p.groups is not None for p in parts):  # renumbered: parts number theirs from 0
-        first: dict[tuple[int, int], int] = {}
-        groups = [first.setdefault((p, parts[p].groups[r]), len(first)) for p, r in rows]
+    sizes = {p.group_size for p in parts}
     return Generation(
         column("prompt_ids", width_p, pad_id, True),
         column("prompt_mask", width_p, 0, True),
@@ -133,5 +126,5 @@ def merge_generations(
         torch.stack([parts[part].truncated[row] for part, row in rows]),
         column("logprobs", width_c, 0.0, False) if kept else None,
         lengths,
-        groups=groups,
+        sizes.pop() if len(sizes) == 1 else None,
     )

@@ -5,8 +5,8 @@ the batch is reused mu = num_iterations times), micro-batch by micro-batch, in i
 `accumulate_gradients` backpropagates the clipped-surrogate + k3-KL loss (`loss.grpo_loss`,
 Shao et al., 2024, eq. 3) micro-batch by micro-batch; every micro-batch divides by the full
 batch's denominator, so the summed gradient equals the one-batch gradient exactly. Each
-micro-batch runs only up to its longest completion (`micro_batches`). Given the decode loop's
-record of the same weights, the training forward replays its matmuls (`replay.py`).
+micro-batch runs only up to its longest completion (`micro_batches`). The forwards are the
+backend's (`backend.py`); None chooses one for the model.
 
 Host round-trips: statistics stay device tensors (as `grpo_loss` returns them) and are turned into
 Python floats once, by the caller, at the end of the step.
@@ -21,10 +21,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from workers.grpo.backend import Backend, select_backend
 from workers.grpo.config import GenerationParams, GRPOParams
-from workers.grpo.logprobs import completion_logprobs
 from workers.grpo.loss import grpo_loss
-from workers.grpo.replay import DecodeRecord, Replay
 from workers.grpo.sampling import Generation
 
 Context = Callable[[], contextlib.AbstractContextManager]
@@ -47,36 +46,21 @@ def micro_batches(out: Generation, size: int | None) -> list[tuple[slice, slice]
     return windows
 
 
-def host_side(out: Generation, rows: slice) -> dict[str, list[int] | None]:
-    """The rows' completion lengths and groups as the sampler knows them on the host (None
-    where it does not): the forward then reads neither from the device."""
-    return {
-        "lengths": None if out.lengths is None else out.lengths[rows],
-        "groups": None if out.groups is None else out.groups[rows],
-    }
-
-
 def batch_logprobs(
     model: Any,
     out: Generation,
     temperature: float,
     micro_batch_size: int | None,
     context: Context = contextlib.nullcontext,
+    backend: Backend | None = None,
 ) -> Tensor:
     """Log-probs (N, T) of the completions under `model` (pi_ref or pi_old), by micro-batch;
     0 past each micro-batch's longest completion."""
+    backend = backend or select_backend(model)
     with torch.inference_mode(), context():
         logprobs = torch.zeros(out.completion_ids.shape, device=out.completion_ids.device)
         for rows, cols in micro_batches(out, micro_batch_size):
-            lp, _ = completion_logprobs(
-                model,
-                out.prompt_ids[rows],
-                out.prompt_mask[rows],
-                out.completion_ids[rows, cols],
-                out.completion_mask[rows, cols],
-                temperature,
-                **host_side(out, rows),
-            )
+            lp = backend.logprobs(model, out, rows, cols, temperature)  # (n, t)
             logprobs[rows, cols] = lp.float()  # (n, t)
     return logprobs.clone()  # a normal tensor: inference-mode ones cannot join autograd
 
@@ -93,34 +77,22 @@ def accumulate_gradients(
     denominator: float | Tensor,
     with_entropy: bool,
     autocast: Context = contextlib.nullcontext,
-    record: DecodeRecord | None = None,
+    backend: Backend | None = None,
 ) -> dict[str, Any]:
     """Backward the loss micro-batch by micro-batch; returns token-weighted batch statistics.
 
     `loss_mask` (N, T) selects the tokens that carry loss (the completion mask, less truncated
     completions when `mask_truncated_completions`); the forward pass attends to every completion
-    token through `out.completion_mask`. `record`: the decode loop's, replayed when `model`
-    made it with its present weights (it is used up).
+    token through `out.completion_mask`.
     """
+    backend = backend or select_backend(model)
     total_tokens = loss_mask.sum().clamp(min=1)  # ()
     stats: dict[str, Any] = {}
     entropy_sum = torch.zeros((), device=loss_mask.device)  # ()
-    windows = micro_batches(out, grpo.micro_batch_size)
-    replay = record is not None and record.usable_by(model)
-    for k, (s, cols) in enumerate(windows):
-        last = k + 1 == len(windows)
-        tape = Replay(record, s, cols.stop - 1, release=last) if replay else None
+    for s, cols in micro_batches(out, grpo.micro_batch_size):
         with autocast():
-            lp, entropy = completion_logprobs(
-                model,
-                out.prompt_ids[s],
-                out.prompt_mask[s],
-                out.completion_ids[s, cols],
-                out.completion_mask[s, cols],
-                gen.temperature,
-                with_entropy,
-                tape,
-                **host_side(out, s),
+            lp, entropy = backend.forward(
+                model, out, s, cols, gen.temperature, with_entropy
             )  # (n, t)
         loss, mb = grpo_loss(
             lp.float(),

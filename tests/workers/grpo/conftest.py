@@ -33,6 +33,20 @@ class DigitScorer:
         return scores, [None] * len(samples)
 
 
+@pytest.fixture(scope="module")
+def model_and_tokenizer(tiny_model: Path):
+    """The tiny model with EOS made likely (~11% a token): sequences end at different steps."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    bias = torch.zeros(model.config.vocab_size)
+    bias[tokenizer.eos_token_id] = 2.5
+    model.lm_head.register_forward_hook(lambda _m, _i, out: out + bias)
+    return model, tokenizer
+
+
 @pytest.fixture
 def digit_records() -> list[dict]:
     return [{"prompt": f"Digit {d}:", "digit": d} for d in (3, 7)]

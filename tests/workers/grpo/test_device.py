@@ -6,6 +6,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.workers.grpo.helpers import small_spec
+from workers.grpo.backend import select_backend
 from workers.grpo.device import use_cpu_weight_layout
 from workers.grpo.policy import load_policy
 
@@ -33,20 +34,29 @@ def test_linear_weights_become_column_major_with_the_same_values(tiny_model, tmp
         assert value.is_contiguous() and torch.equal(value, model.state_dict()[name]), name
 
 
+def _prepared(spec):
+    """The policy as a run lays it out: loaded, then prepared by its backend."""
+    policy = load_policy(spec, "cpu")
+    backend = select_backend(policy.model, spec.grpo)
+    for model in {id(m): m for m in (policy.model, policy.reference) if m is not None}.values():
+        backend.prepare(model)
+    return policy
+
+
 def test_the_policy_is_column_major_only_where_it_decodes_through_its_own_forward(
     tiny_model, tmp_path
 ):
-    full = load_policy(small_spec(tiny_model), "cpu")  # the lean decoder packs its weights
+    full = _prepared(small_spec(tiny_model))  # the lean decoder packs its weights
     for m in (full.model, full.reference):
         q = m.model.layers[0].self_attn.q_proj.weight
         assert q.is_contiguous()
-    lora = load_policy(small_spec(tiny_model, spec={"lora": {"r": 2}}), "cpu")  # lean, merged
+    lora = _prepared(small_spec(tiny_model, spec={"lora": {"r": 2}}))  # lean, merged
     q = lora.model.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight
     assert q.is_contiguous()
     gelu = AutoModelForCausalLM.from_pretrained(tiny_model)  # not the lean forward's: HF decodes
     gelu.config.hidden_act = "gelu"
     gelu.save_pretrained(tmp_path / "gelu")
     AutoTokenizer.from_pretrained(tiny_model).save_pretrained(tmp_path / "gelu")
-    own = load_policy(small_spec(tmp_path / "gelu"), "cpu")
+    own = _prepared(small_spec(tmp_path / "gelu"))
     q = own.model.model.layers[0].self_attn.q_proj.weight
     assert q.stride() == (1, q.shape[0])

@@ -10,13 +10,14 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+import workers.grpo.fast as fast_module
 import workers.grpo.trainer as trainer_module
 import workers.grpo.update as update_module
 from tests.workers.grpo.helpers import FixedScorer, Recorder, small_spec
 from workers.grpo.advantages import group_advantages
 from workers.grpo.config import GenerationParams
 from workers.grpo.logprobs import completion_logprobs
-from workers.grpo.sampling import HFSampler
+from workers.grpo.sampling import PlainSampler
 from workers.grpo.trainer import train
 
 
@@ -91,9 +92,10 @@ def test_beta_zero_skips_the_reference_and_lr_follows_the_schedule(
 
     def counting(*args, **kw):
         forwards.append(args[5] if len(args) > 5 else kw.get("temperature", 1.0))
-        return completion_logprobs(*args, **kw)
+        return real(*args, **kw)
 
-    monkeypatch.setattr(update_module, "completion_logprobs", counting)
+    real = fast_module.completion_logprobs
+    monkeypatch.setattr(fast_module, "completion_logprobs", counting)
     spec = small_spec(
         tiny_model, steps=4, beta=0.0, warmup_steps=2, lr_schedule="cosine",
         generation={"temperature": 0.7},
@@ -186,7 +188,7 @@ def test_sampling_and_scoring_use_the_same_temperature(tiny_model):
     head = model.lm_head.weight.detach() * 8.0  # untied from the embeddings
     model.lm_head.weight = torch.nn.Parameter(head)  # a peaked distribution, where T matters
     temperature, n = 0.6, 2000
-    sampler = HFSampler(model, tokenizer, torch.Generator().manual_seed(0))
+    sampler = PlainSampler(model, tokenizer, torch.Generator().manual_seed(0))
     params = GenerationParams(max_new_tokens=1, temperature=temperature)
     out = sampler.generate(["Digit 3:"], n, params)
     tokens, counts = out.completion_ids[:, 0].unique(return_counts=True)

@@ -74,7 +74,7 @@ def test_lora_dropout_trains_through_peft_and_decodes_lean(
 ):
     """LoRA dropout is at work only while training: the policy decodes and scores pi_ref
     through the lean path (eval mode: no dropout) and trains through peft's own forward."""
-    from workers.grpo import lean
+    from workers.grpo.fast import lean
 
     spec = small_spec(
         tiny_model, steps=2, beta=0.04, spec={"lora": {"r": 4, "dropout": 0.1}}

@@ -16,9 +16,7 @@ PAD = 0
 class FakeSampler:
     """Prompt k of a call gets a prompt of k+1 tokens and completions of k+2 tokens."""
 
-    def generate(
-        self, prompts, group_size, params, keep_logprobs=False, keep_activations=False
-    ) -> Generation:
+    def generate(self, prompts, group_size, params, keep_logprobs=False) -> Generation:
         rows = [(p, j) for p in prompts for j in range(group_size)]
         width_p, width_c = len(prompts) + 1, len(prompts) + 2
         prompt_ids = torch.full((len(rows), width_p), PAD)
@@ -38,7 +36,7 @@ class FakeSampler:
             texts,
             torch.zeros(len(rows), dtype=torch.bool),
             -completion_mask * (1 + torch.arange(len(rows)))[:, None] if keep_logprobs else None,
-            groups=[i // group_size for i in range(len(rows))],
+            group_size=group_size,
         )
 
 
@@ -99,8 +97,7 @@ def test_flat_groups_are_refilled_until_none_is_left():
     assert (out.prompt_ids[out.prompt_mask == 0] == PAD).all()
     assert (out.completion_ids[out.completion_mask == 0] == PAD).all()
     assert (out.prompt_mask[:, -1] == 1).all()  # left padding: prompts end at the right edge
-    # spread-b and spread-a were both group 1 of their draws: renumbered, still two groups
-    assert out.groups == [0, 0, 1, 1, 2, 2]
+    assert out.group_size == 2  # whole groups, in order
 
 
 def test_kept_logprobs_follow_their_rows_through_the_refill():

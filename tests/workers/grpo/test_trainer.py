@@ -8,11 +8,11 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from workers.grpo import update as update_module
+from workers.grpo import fast as fast_module
 from workers.grpo.config import TrainSpec
+from workers.grpo.fast.sampling import FastSampler
 from workers.grpo.loss import loss_denominator
 from workers.grpo.policy import ModelLoadError
-from workers.grpo.sampling import HFSampler
 from workers.grpo.trainer import TrainHooks, train
 from workers.grpo.update import accumulate_gradients, batch_logprobs
 
@@ -202,20 +202,20 @@ def test_micro_batch_gradients_equal_the_one_batch_gradient(tiny_model, aggregat
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     spec = _spec(tiny_model, max_new_tokens=8, loss_aggregation=aggregation, beta=0.04)
     g, gen = spec.grpo, spec.generation
-    sampler = HFSampler(model, tokenizer, torch.Generator().manual_seed(0))
+    sampler = FastSampler(model, tokenizer, torch.Generator().manual_seed(0))
     out = sampler.generate(["Digit 3:", "Digit 7: "], 4, gen)  # two prompt lengths
     # completions of different lengths: the micro-batches are 3, 4 and 7 tokens wide
     out.lengths = [3, 1, 2, 4, 2, 4, 7, 1]
     out.completion_mask = (torch.arange(8) < torch.tensor(out.lengths)[:, None]).float()
     out.completion_ids = out.completion_ids.masked_fill(out.completion_mask == 0, 0)
     widths = []
-    real = update_module.completion_logprobs
+    real = fast_module.completion_logprobs
 
     def spy(model, prompt_ids, prompt_mask, completion_ids, *args, **kwargs):
         widths.append(completion_ids.shape[1])
         return real(model, prompt_ids, prompt_mask, completion_ids, *args, **kwargs)
 
-    monkeypatch.setattr(update_module, "completion_logprobs", spy)
+    monkeypatch.setattr(fast_module, "completion_logprobs", spy)
     ref_lp = batch_logprobs(copy.deepcopy(model), out, gen.temperature, None)
     assert widths == [7] and (ref_lp[:, 7:] == 0).all()  # T is 8: one column never computed
     widths.clear()
@@ -280,7 +280,7 @@ def test_the_loss_and_backward_read_nothing_back_from_the_device(tiny_model, mon
     spec = _spec(tiny_model, max_new_tokens=6, loss_aggregation="token_mean", beta=0.04,
                  micro_batch_size=4)  # fmt: skip
     g, gen = spec.grpo, spec.generation
-    out = HFSampler(model, tokenizer, torch.Generator().manual_seed(0)).generate(
+    out = FastSampler(model, tokenizer, torch.Generator().manual_seed(0)).generate(
         ["Digit 3:", "Digit 7:"], 4, gen
     )
     ref_lp = batch_logprobs(model, out, gen.temperature, None)

@@ -1,4 +1,4 @@
-"""The lean forward (`workers.grpo.lean`) computes what the transformers forward computes.
+"""The lean forward (`workers.grpo.fast.lean`) computes what the transformers forward computes.
 
 Checked on small random Llama (MHA), Qwen2 (GQA, q/k/v biases) and Qwen3 (per-head q/k norms)
 models: decode logits step by step with left-padded prompts, and the scoring logits with their
@@ -14,11 +14,11 @@ import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from tests.workers.grpo.helpers import LLAMA_FAMILY, SMALL_LM, small_lm
-from workers.grpo import lean, lean_decode, logprobs
-from workers.grpo.lean import attention, supported
-from workers.grpo.lean_decode import LeanDecoder, shared_prompt_attention
-from workers.grpo.lean_forward import fed_index, lean_logits
-from workers.grpo.sampling import _HFForward
+from workers.grpo.fast import lean, lean_decode, logprobs
+from workers.grpo.fast.lean import attention, supported
+from workers.grpo.fast.lean_decode import LeanDecoder, shared_prompt_attention
+from workers.grpo.fast.lean_forward import fed_index, lean_logits
+from workers.grpo.fast.sampling import _HFForward
 
 
 def _models():
@@ -125,7 +125,7 @@ def test_other_models_score_each_distinct_prompt_once(sizes, host_groups) -> Non
     """A model outside the lean forward (here: GELU MLPs) scores through its own forward: U
     prompts run once, their KV cache copied to the group's rows; log-probs and gradients are
     those of whole sequences in one forward. Groups from the host or found on the device."""
-    from workers.grpo.logprobs import completion_logprobs
+    from workers.grpo.fast.logprobs import completion_logprobs
 
     torch.manual_seed(0)
     model = small_lm("qwen2", hidden_act="gelu")
@@ -305,7 +305,7 @@ def test_lora_adapters_merged_for_decoding_factored_for_scoring_and_training(
 
     from peft import LoraConfig, get_peft_model
 
-    from workers.grpo.logprobs import completion_logprobs
+    from workers.grpo.fast.logprobs import completion_logprobs
 
     torch.manual_seed(0)
     config = LoraConfig(r=4, lora_alpha=8, target_modules=targets)
@@ -352,3 +352,17 @@ def test_lora_adapters_merged_for_decoding_factored_for_scoring_and_training(
     )
     for k, g in own_grads.items():  # lora_A and lora_B of every adapted map
         torch.testing.assert_close(lean_grads[k], g, atol=1e-5, rtol=1e-4, msg=k)
+
+
+def test_the_padding_token_embedding_gets_no_gradient() -> None:
+    """As `nn.Embedding(padding_idx=pad)` in the model: a pad token sampled inside a completion
+    feeds the forward, but its embedding row gets no gradient."""
+    torch.manual_seed(0)
+    model = small_lm("llama", pad_token_id=0)
+    ids, mask = _prompts((3, 1))
+    completion = torch.tensor([[5, 0, 7, 9], [0, 3, 3, 1], [8, 8, 0, 2], [0, 6, 0, 4]])
+    lp, _ = lean_logits(model, ids, mask, completion, torch.ones(4, 4))
+    lp.logsumexp(-1).sum().backward()
+    grad = model.model.embed_tokens.weight.grad
+    assert model.model.embed_tokens.padding_idx == 0
+    assert (grad[0] == 0).all() and (grad[5] != 0).any()

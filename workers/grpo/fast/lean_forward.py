@@ -19,10 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from workers.grpo.lean import LeanModel, Tape, attention, prompt_mask_4d
+from workers.grpo.fast.lean import LeanModel, Tape, attention, prompt_mask_4d
 
 
 def fed_index(lengths: list[int], t: int, device: torch.device) -> Tensor | None:
@@ -34,7 +33,7 @@ def fed_index(lengths: list[int], t: int, device: torch.device) -> Tensor | None
 
     Why round K: every activation of the forward has K rows, and with K different at every
     step the CPU's malloc keeps growing its heap around the holes that freed activations leave
-    (25M benchmark job, 30 steps: peak RSS 1225 -> 1320 MiB with exact K; 1238 rounded so).
+    (peak RSS grows with exact K; rounded, it stays close to that of one fixed K).
     """
     n = len(lengths)
     needed = (torch.arange(t) < (torch.tensor(lengths) - 1).unsqueeze(1)).flatten()  # (N t,)
@@ -156,7 +155,7 @@ def lean_logits(
     # attention takes them apart.
     u, m = unique.shape[0], unique.shape[0] * p
     tape = tape if t > 0 else None  # one-token completions: no decode step to replay
-    x = F.embedding(torch.cat([u_ids.flatten(), c_ids]), lean.embed).unsqueeze(0)  # (1, M, E)
+    x = lean.embedding(torch.cat([u_ids.flatten(), c_ids])).unsqueeze(0)  # (1, M, E)
     for i in range(len(lean.layers)):
         q, k, v = lean.qkv(x, i, cos, sin, tape)  # (1, H|Hk, M, D)
         (qp, qc), (kp, kc), (vp, vc) = (_sequences(z, m, u, n, t, fed) for z in (q, k, v))

@@ -4,14 +4,13 @@ A static KV cache filled in place, RoPE on q and k in one go, and q/k/v and gate
 fused matmul (weights concatenated once per `generate` call; on a CPU without packing, small
 models only). For small models the op count, not the FLOPs, sets the decode time. On CPU in
 fp32 the decode weights are also packed once per call into oneDNN's blocked layout: a few-row
-product then streams the weights instead of re-packing them on every call (25M model, 16 rows:
-17.5 -> 6.1 ms per token for all its matmuls). The packed copy lives only while the batch
-decodes. The prefill runs each distinct prompt once (GRPO repeats each G times). On CPU, when
-the rows form groups of equal size G > 1 and the prompts are long enough (`SHARE_MIN_PROMPT_
-BYTES`), the prompt's keys and values stay once per group and each decode step attends to them
-with the group's G queries in one product (`shared_prompt_attention`): a step reads the
-prompt's cache once, not G times (25M model, 16 x 128 tokens after 243-token prompts: 1.6 ->
-1.2 s). Otherwise the prefill copies them to each row's cache. The maths is `lean.LeanModel`'s.
+product then streams the weights instead of re-packing them on every call. The packed copy
+lives only while the batch decodes. The prefill runs each distinct prompt once (GRPO repeats
+each G times). On CPU, when the rows form groups of equal size G > 1 and the prompts are long
+enough (`SHARE_MIN_PROMPT_BYTES`), the prompt's keys and values stay once per group and each
+decode step attends to them with the group's G queries in one product
+(`shared_prompt_attention`): a step reads the prompt's cache once, not G times. Otherwise the
+prefill copies them to each row's cache. The maths is `lean.LeanModel`'s.
 """
 
 from __future__ import annotations
@@ -19,10 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from workers.grpo.lean import (
+from workers.grpo.fast.lean import (
     LeanModel,
     Tape,
     attention,
@@ -30,14 +28,12 @@ from workers.grpo.lean import (
     prompt_mask_4d,
     supported,
 )
-from workers.grpo.lean_forward import prompt_groups
+from workers.grpo.fast.lean_forward import prompt_groups
 
 FUSE_MAX_BYTES_CPU = 32 * 2**20  # unpacked fused weight copies allowed on CPU (count in RSS)
-# Prompt keys + values of one group in one layer from which decode steps share them (CPU, 2
-# cores): the shared attention's extra ops cost about what G - 1 copies' reads do at 3M (4 kv
-# heads x 64) and 48-token prompts, at 25M (8 x 64) and 8-16 tokens. 16 x 32 tokens, copied vs
-# shared: 3M 8 tokens 37 vs 42 ms, 32: 44 vs 46, 64: 51 vs 48, 256: 108 vs 63; 25M 8: 197 vs
-# 197, 32: 225 vs 208, 256: 440 vs 293.
+# Prompt keys + values of one group in one layer from which decode steps share them: below
+# it, the shared attention's extra ops cost more than the G - 1 copies' reads they save
+# (measured on CPU with `bench/shared_prompts.py`).
 SHARE_MIN_PROMPT_BYTES = 64 * 2**10
 
 
@@ -135,7 +131,7 @@ class LeanDecoder:
         positions to the cache. `rope`: cos, sin (B, 1, S, D) of the new positions. `group`
         (N,): in the prefill, the row of `ids` whose keys and values each cache row gets."""
         lean, start, end = self.lean, self.length, self.length + ids.shape[1]
-        x = F.embedding(ids, lean.embed)  # (B, S, E)
+        x = lean.embedding(ids)  # (B, S, E)
         cos, sin = rope
         for i, (keys, values) in enumerate(self.cache):
             q, k, v = lean.qkv(x, i, cos, sin, tape)  # (B, H|Hk, S, D)

@@ -1,4 +1,4 @@
-"""The sampling pass's matmul outputs, replayed in the training forward (num_iterations = 1).
+"""The sampling pass's matmul outputs, replayed in the on-policy training forward.
 
 On-policy, the training forward of a step computes, token by token, what the decode loop has
 just computed with the same weights: every linear map of every completion token it fed. The
@@ -17,6 +17,8 @@ holds the update too; the training forward adds only its gradient there (`lean.l
 and the frozen base weights get no gradient product.
 The training forward feeds a completion's positions only up to its end
 (`lean_forward.fed_index` of the lengths the sampler stores in the record): so does the replay.
+The record travels in `Generation.backend_state` from `FastSampler` to `FastBackend.forward`;
+it is kept only when the batch trains as one micro-batch (it holds the whole batch's outputs).
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from workers.grpo.lean import Linear, apply_linear
-from workers.grpo.lean_forward import fed_index
+from workers.grpo.fast.lean import Linear, apply_linear
+from workers.grpo.fast.lean_forward import fed_index
 
 
 def weight_versions(model: Any) -> list[int]:
@@ -41,9 +43,9 @@ class DecodeRecord:
     Step j (kept j-th) fed completion token j, the training forward's position j, to the A
     rows of the batch of N still decoded; the sampler calls `begin(j, rows)` before each step.
     A `lean.Tape` of the decode steps. The outputs are kept as they are (a reference each: no
-    copy in the decode loop, where a copy into a preallocated buffer cost a 3M model's
-    generation ~25%) and joined when replayed; rows no longer decoded are zeros there (they
-    only ever feed positions past a completion's end: masked out, gradient 0).
+    copy in the decode loop, where a copy into a preallocated buffer costs a small model's
+    generation much of its time) and joined when replayed; rows no longer decoded are zeros
+    there (they only ever feed positions past a completion's end: masked out, gradient 0).
     """
 
     def __init__(self, model: Any, batch: int, lora_merged: bool = False) -> None:

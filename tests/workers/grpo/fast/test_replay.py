@@ -1,4 +1,4 @@
-"""The training forward replays the decode loop's matmuls (`workers.grpo.replay`).
+"""The training forward replays the decode loop's matmuls (`workers.grpo.fast.replay`).
 
 The replayed forward must give the fresh forward's log-probs and gradients (Llama with MHA,
 Qwen2 with GQA and q/k/v biases, Qwen3 with q/k norms; CPU weight layout as the trainer uses),
@@ -16,13 +16,14 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.workers.grpo.helpers import LLAMA_FAMILY, small_lm
-from workers.grpo import replay, sampling, trainer
+from workers.grpo import trainer
 from workers.grpo.config import GenerationParams, TrainSpec
 from workers.grpo.device import use_cpu_weight_layout
-from workers.grpo.lean_forward import fed_index
-from workers.grpo.logprobs import completion_logprobs
-from workers.grpo.replay import Replay
-from workers.grpo.sampling import HFSampler
+from workers.grpo.fast import replay, sampling
+from workers.grpo.fast.lean_forward import fed_index
+from workers.grpo.fast.logprobs import completion_logprobs
+from workers.grpo.fast.replay import Replay
+from workers.grpo.fast.sampling import FastSampler
 
 PROMPTS = ["Digit 7:", "Say a digit, any one"]
 
@@ -35,10 +36,10 @@ def _model(name: str, vocab: int, eos: int, column_major: bool):
 
 
 def _sample(model, tokenizer, temperature: float = 1.0):
-    sampler = HFSampler(model, tokenizer, torch.Generator().manual_seed(0))
+    sampler = FastSampler(model, tokenizer, torch.Generator().manual_seed(0), record=True)
     # stop strings: rows end at different steps and are fed pads from then on
     params = GenerationParams(max_new_tokens=10, temperature=temperature, stop=list("abcdefgh"))
-    return sampler.generate(PROMPTS, 4, params, keep_activations=True)
+    return sampler.generate(PROMPTS, 4, params)
 
 
 def _logprobs_and_grads(model, out, tape, temperature: float):
@@ -72,14 +73,14 @@ def test_replayed_forward_gives_the_fresh_forward(
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     model = _model(name, len(tokenizer), tokenizer.eos_token_id, column_major)
     out = _sample(model, tokenizer, temperature=0.7)
-    assert out.record is not None and out.record.usable_by(model)
-    assert bool(out.record.rows) == retire  # steps that decoded only some rows
+    assert out.backend_state is not None and out.backend_state.usable_by(model)
+    assert bool(out.backend_state.rows) == retire  # steps that decoded only some rows
     t = out.completion_ids.shape[1]
     lengths = out.completion_mask.sum(1)
     assert t > 2 and lengths.min() < lengths.max()  # rows ended at different steps
 
     fresh, fresh_grads, fresh_flops = _logprobs_and_grads(model, out, None, 0.7)
-    tape = Replay(out.record, slice(None), t - 1, release=True)
+    tape = Replay(out.backend_state, slice(None), t - 1, release=True)
     replayed, replayed_grads, replayed_flops = _logprobs_and_grads(model, out, tape, 0.7)
 
     valid = out.completion_mask.bool()
@@ -96,7 +97,7 @@ def test_replayed_forward_gives_the_fresh_forward(
         p.numel() for k, p in model.named_parameters() if ".layers." in k and p.dim() == 2
     )
     assert fresh_flops - replayed_flops == fed * per_row
-    assert out.record.outputs == {}  # released as the forward consumed it
+    assert out.backend_state.outputs == {}  # released as the forward consumed it
 
 
 @pytest.mark.parametrize("merged", [True, False])
@@ -110,7 +111,7 @@ def test_a_lora_model_replays_its_merged_decode(
     weight gradients: the base is frozen)."""
     from peft import LoraConfig, get_peft_model
 
-    from workers.grpo import lean_decode
+    from workers.grpo.fast import lean_decode
 
     if not merged:  # the decode loop's weights neither fused nor packed: factored updates
         real = lean_decode.LeanDecoder.__init__
@@ -129,10 +130,10 @@ def test_a_lora_model_replays_its_merged_decode(
             if "lora_B" in name:
                 param.normal_(0, 0.05)
     out = _sample(model.eval(), tokenizer)
-    assert out.record is not None and out.record.lora_merged == merged
+    assert out.backend_state is not None and out.backend_state.lora_merged == merged
     t = out.completion_ids.shape[1]
     results = []
-    for tape in (None, Replay(out.record, slice(None), t - 1, release=True)):
+    for tape in (None, Replay(out.backend_state, slice(None), t - 1, release=True)):
         model.zero_grad(set_to_none=True)
         with FlopCounterMode(display=False) as flops:
             lp, _ = completion_logprobs(
@@ -162,7 +163,7 @@ def test_a_window_of_rows_replays_its_rows(tiny_model: Path) -> None:
     args += (out.completion_ids[rows], out.completion_mask[rows])
     fresh, _ = completion_logprobs(model, *args)
     replayed, _ = completion_logprobs(
-        model, *args, tape=Replay(out.record, rows, t - 1, release=False)
+        model, *args, tape=Replay(out.backend_state, rows, t - 1, release=False)
     )
     valid = out.completion_mask[rows].bool()
     torch.testing.assert_close(replayed[valid], fresh[valid], atol=1e-5, rtol=0)
@@ -172,13 +173,13 @@ def test_one_token_completions_have_nothing_to_replay(tiny_model: Path) -> None:
     """One-token completions: the decode loop ran no step, the forward computes every row."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     model = _model("qwen2", len(tokenizer), tokenizer.eos_token_id, column_major=False)
-    sampler = HFSampler(model, tokenizer, torch.Generator().manual_seed(0))
+    sampler = FastSampler(model, tokenizer, torch.Generator().manual_seed(0), record=True)
     params = GenerationParams(max_new_tokens=1)
-    out = sampler.generate(PROMPTS, 4, params, keep_activations=True)
+    out = sampler.generate(PROMPTS, 4, params)
     args = (out.prompt_ids, out.prompt_mask, out.completion_ids, out.completion_mask)
     fresh, _ = completion_logprobs(model, *args)
     replayed, _ = completion_logprobs(
-        model, *args, tape=Replay(out.record, slice(None), 0, release=True)
+        model, *args, tape=Replay(out.backend_state, slice(None), 0, release=True)
     )
     torch.testing.assert_close(replayed, fresh, atol=1e-6, rtol=0)
 
@@ -188,12 +189,12 @@ def test_replay_is_refused_when_the_weights_changed(tiny_model: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
     other = AutoModelForCausalLM.from_pretrained(tiny_model)
     out = _sample(model, tokenizer)
-    assert out.record.usable_by(model) and not out.record.usable_by(other)
+    assert out.backend_state.usable_by(model) and not out.backend_state.usable_by(other)
     with torch.no_grad():
         model.model.layers[1].mlp.down_proj.weight.add_(0.0)  # an optimizer step does this
-    assert not out.record.usable_by(model)
+    assert not out.backend_state.usable_by(model)
     with pytest.raises(ValueError, match="positions asked"):
-        Replay(out.record, slice(None), out.completion_ids.shape[1] + 1, release=False)
+        Replay(out.backend_state, slice(None), out.completion_ids.shape[1] + 1, release=False)
 
 
 def test_a_training_run_with_replay_matches_one_without(tiny_model: Path, tmp_path: Path) -> None:
@@ -241,7 +242,7 @@ def test_replay_under_bf16_autocast_keeps_the_autocast_dtype(tiny_model: Path) -
     model = _model("qwen2", len(tokenizer), tokenizer.eos_token_id, column_major=False)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = _sample(model, tokenizer)
-        record = out.record
+        record = out.backend_state
         assert all(y.dtype == torch.bfloat16 for ys in record.outputs.values() for y in ys)
         t = out.completion_ids.shape[1]
         fresh, fresh_grads, _ = _logprobs_and_grads(model, out, None, 1.0)

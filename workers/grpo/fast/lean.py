@@ -14,8 +14,8 @@ fewer ops and less work:
 Plain LoRA adapters (peft) are merged into the decode loop's weights and applied in factored
 form elsewhere (`lean_lora`). `supported(model, total_length)` is False for anything else
 (other architectures, dynamic RoPE, a sliding window shorter than the sequence, DoRA, LoRA
-dropout at work, quantised layers); callers then use the model's own forward. The LM head is
-always the model's own module (forward hooks and adapters apply).
+dropout at work, quantised layers); the fast backend then uses the model's own forward. The
+LM head is always the model's own module (forward hooks and adapters apply).
 Left out: attention dropout (sampling runs in eval mode), tensor-parallel weights.
 """
 
@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from workers.grpo.lean_lora import (
+from workers.grpo.fast.lean_lora import (
     LowRank,
     factored,
     is_lora,
@@ -113,8 +113,7 @@ def _linear(
 def _product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     # Packed weights: oneDNN's matmul on its blocked layout. Without autograd (pi_ref / pi_old
     # scoring) oneDNN's matmul on the plain weight too where it is the faster of the two on this
-    # machine: an AMD EPYC ran products of a few hundred rows at ~205 GFLOP/s through oneDNN and
-    # ~165 through the BLAS behind F.linear; an Intel Xeon scored 10-20% faster through the BLAS.
+    # machine: which one wins depends on the CPU, so it is measured (`onednn_is_faster`).
     if weight.is_mkldnn or (
         torch.is_inference_mode_enabled()
         and onednn_matmul(weight.device, weight.dtype)
@@ -132,7 +131,7 @@ def _row_bucket(rows: int) -> int:
 def onednn_is_faster(rows: int, out_features: int, in_features: int) -> bool:
     """Whether oneDNN's matmul on a plain fp32 weight beats F.linear for this shape on this
     machine: each run 6 times, alternating; the best of runs 2-6 compared (once per process
-    and shape: ~0.1 s for all of a 25M model's shapes)."""
+    and shape)."""
     own = torch.Generator().manual_seed(0)  # the global RNG stays untouched (exact resume)
     x = torch.randn(rows, in_features, generator=own)
     weight = torch.randn(out_features, in_features, generator=own)
@@ -159,7 +158,7 @@ def apply_linear(x: Tensor, maps: Linear) -> Tensor:
 
 def _rope(x: Tensor, cos: Tensor, sin: Tensor, sign: float = 1.0) -> Tensor:
     """x cos + sign rotate_half(x) sin, rotate_half(x) = (-x2, x1), by halves in place: three
-    ops and no rotated copy (a cat of half slices cost 10x as much at training sizes)."""
+    ops and no rotated copy (a cat of half slices costs far more at training sizes)."""
     half = x.shape[-1] // 2
     y = x * cos
     y[..., :half].addcmul_(x[..., half:], sin[..., :half], value=-sign)
@@ -246,6 +245,8 @@ class LeanModel:
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.embed = inner.embed_tokens.weight
+        # nn.Embedding's padding_idx: that row gets no gradient (HF sets it to the pad token)
+        self.padding_idx = inner.embed_tokens.padding_idx
         self.final_norm = _norm(inner.norm)
         self.inv_freq = inner.rotary_emb.inv_freq.float()
         self.rope_scale = float(getattr(inner.rotary_emb, "attention_scaling", 1.0))
@@ -280,6 +281,9 @@ class LeanModel:
             down=maps["down"][0],
             updates={name: updates for name, (_, updates) in maps.items() if updates},
         )
+
+    def embedding(self, ids: Tensor) -> Tensor:
+        return F.embedding(ids, self.embed, self.padding_idx)
 
     def rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """cos, sin (N, 1, S, D) for positions (N, S)."""
