@@ -176,6 +176,7 @@ ERROR_CODES = {
     "VerifierBudgetExceeded": "verifier_budget_exceeded",
     "SandboxUnavailableError": "sandbox_unavailable",
     "LookupError": "missing_reference",
+    "NonFiniteTraining": "non_finite_training",
 }
 
 

@@ -16,6 +16,7 @@ give the same metrics step for step, also across a resume.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -41,7 +42,12 @@ from workers.grpo.schedule import lr_multiplier
 from workers.grpo.scoring import Scorer
 from workers.grpo.update import accumulate_gradients, batch_logprobs
 
-__all__ = ["ModelLoadError", "Scorer", "TrainHooks", "TrainResult", "train"]
+__all__ = ["ModelLoadError", "NonFiniteTraining", "Scorer", "TrainHooks", "TrainResult", "train"]
+
+
+class NonFiniteTraining(RuntimeError):
+    """The loss or the gradient norm became NaN or infinite: the weights are lost from this step
+    on, so the run stops before it reports or saves anything of it."""
 
 
 def _noop(*_: Any) -> None:
@@ -121,6 +127,7 @@ def train(
         if hooks.should_stop():
             return TrainResult(run.step, True, last)
         metrics = grpo_step(run)
+        _check_finite(metrics, step)
         run.step = step
         if run.eval_records:
             run.watch.observe_step(metrics["reward_mean"])
@@ -203,6 +210,16 @@ def grpo_step(run: Run) -> dict[str, float]:
         "training_seconds": t_end - t_scored,
     }
     return metrics
+
+
+def _check_finite(metrics: dict[str, float], step: int) -> None:
+    bad = [k for k in ("loss", "grad_norm") if not math.isfinite(metrics.get(k, 0.0))]
+    if bad:
+        values = ", ".join(f"{k} = {metrics[k]}" for k in bad)
+        raise NonFiniteTraining(
+            f"step {step}: {values}; the weights are no longer usable, nothing of this step was"
+            " saved (lower the learning rate, or check the rewards' scale)"
+        )
 
 
 def _f(value: Any) -> float:

@@ -13,7 +13,7 @@ from workers.grpo.config import TrainSpec
 from workers.grpo.fast.sampling import FastSampler
 from workers.grpo.loss import loss_denominator
 from workers.grpo.policy import ModelLoadError
-from workers.grpo.trainer import TrainHooks, train
+from workers.grpo.trainer import NonFiniteTraining, TrainHooks, train
 from workers.grpo.update import accumulate_gradients, batch_logprobs
 
 REQUIRED_METRICS = {
@@ -147,6 +147,29 @@ def test_should_stop_ends_at_a_step_boundary(tiny_model, digit_records, digit_sc
         "step-000001",
         "step-000002",
     ]
+
+
+def test_non_finite_gradients_stop_the_run_before_anything_is_saved(
+    tiny_model, digit_records, digit_scorer, tmp_path, monkeypatch
+):
+    """Gradients that turn NaN at step 3 (as an overflow would make them): steps 1-2 stand, step 3
+    is neither reported nor checkpointed, and the error says which number went bad."""
+    real_clip, calls = torch.nn.utils.clip_grad_norm_, []
+
+    def clip(params, max_norm):
+        calls.append(1)
+        if len(calls) == 3:
+            for p in params:
+                p.grad.fill_(float("nan"))
+        return real_clip(params, max_norm)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip)
+    hooks = Recorder()
+    with pytest.raises(NonFiniteTraining, match=r"step 3: grad_norm = nan"):
+        train(_spec(tiny_model, checkpoint_every=1, max_new_tokens=4), digit_records,
+              [digit_scorer], tmp_path, hooks)  # fmt: skip
+    assert sorted(hooks.metrics) == [1, 2]
+    assert [s for s, _ in hooks.checkpoints] == [1, 2]
 
 
 class FlakyScorer:
