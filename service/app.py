@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from service import idempotency, openapi
 from service.datasets.router import router as datasets_router
-from service.errors import install_error_handlers
+from service.errors import UnhandledErrors, install_error_handlers
 from service.health import router as health_router
 from service.jobs.router import router as jobs_router
 from service.limits import BodyLimitMiddleware
@@ -52,5 +52,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     openapi.install(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware)
+    app.add_middleware(UnhandledErrors)  # last added: outermost of ours
     register_collectors()
     return app

@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.problems import (
     PROBLEM_JSON,
@@ -53,9 +54,32 @@ def install_error_handlers(app: FastAPI) -> None:
         problem = Problem(title=status_title(status), status=status, detail=detail)
         return render_problem(problem, getattr(exc, "headers", None))
 
-    @app.exception_handler(Exception)
-    async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
-        # Bad input never lands here: it is a ProblemError or a validation error first.
-        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        problem = Problem(title=status_title(500), status=500, detail="internal server error")
-        return render_problem(problem)
+
+class UnhandledErrors:
+    """Outermost of the app's middlewares: an unexpected error becomes a 500 problem, logged,
+    and is not raised further. Starlette's own last-resort handler answers too but re-raises,
+    and uvicorn then closes the connection: the client's next request on it failed with a
+    reset. A response already under way cannot be replaced: that error is raised as before."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            if started:
+                raise
+            log.error("unhandled error on %s %s", scope["method"], scope["path"], exc_info=exc)
+            problem = Problem(title=status_title(500), status=500, detail="internal server error")
+            await render_problem(problem)(scope, receive, send)

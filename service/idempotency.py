@@ -32,7 +32,8 @@ from service.db import after_rollback, session_scope
 from service.deps import SessionDep, SettingsDep, TenantDep
 from service.models import IdempotencyKey
 from service.models.base import utcnow
-from service.problems import ProblemError, conflict
+from service.problems import FieldError, ProblemError, conflict, invalid
+from service.text import text_problem, unstorable_text
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -207,18 +208,43 @@ Idempotent = Depends(idempotency, scope="function")
 
 
 class IdempotentRoute(APIRoute):
-    """Hands the endpoint's response to the idempotency dependency before its teardown."""
+    """Refuses text the stores cannot keep (`service.text`) in the path, the query, the
+    idempotency key and a JSON body, before any dependency runs; hands the endpoint's response
+    to the idempotency dependency before its teardown."""
 
     def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
         handler = super().get_route_handler()
 
         async def capture(request: Request) -> Response:
+            await _refuse_unstorable_text(request)
             response = await handler(request)
             if getattr(request.state, "idempotency", None) is not None:
                 request.state.idempotency_response = response
             return response
 
         return capture
+
+
+async def _refuse_unstorable_text(request: Request) -> None:
+    fields = [
+        *(("path", k, v) for k, v in request.path_params.items()),
+        *(("query", k, v) for k, v in request.query_params.multi_items()),
+        *(("header", HEADER, v) for v in request.headers.getlist(HEADER)),
+    ]
+    errors = [
+        FieldError(path=f"{where}.{name}", message=message)
+        for where, name, value in fields
+        if isinstance(value, str) and (message := text_problem(value))
+    ]
+    if not errors and "json" in request.headers.get("content-type", ""):
+        try:
+            body = await request.json()  # cached on the request: the endpoint reads it again
+        except ValueError:
+            body = None  # the endpoint reports malformed JSON itself
+        if (error := unstorable_text(body)) is not None:
+            errors.append(error)
+    if errors:
+        raise invalid(errors)
 
 
 def install(app: FastAPI) -> None:

@@ -11,6 +11,11 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 
 T = TypeVar("T")
 
+# Bounds of integers taken from a URL: the database's integer and bigint (a larger one failed
+# there as a 500); steps, versions and counts are integers, event ids bigints.
+MAX_INT = 2**31 - 1
+MAX_ID = 2**63 - 1
+
 
 class Page(BaseModel, Generic[T]):
     data: list[T]
@@ -26,7 +31,11 @@ class PageParams(BaseModel):
 def page_params(
     limit: Annotated[int, Query(ge=1, le=100, description="Page size.")] = 20,
     after: Annotated[
-        str | None, Query(description="Id of the last item of the previous page.")
+        str | None,
+        Query(
+            pattern=r"^[A-Za-z0-9_.\-]{1,128}$",
+            description="Id of the last item of the previous page.",
+        ),
     ] = None,
 ) -> PageParams:
     return PageParams(limit=limit, after=after)

@@ -1,4 +1,3 @@
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -16,6 +15,7 @@ from service.models import Dataset
 from service.openapi import problems
 from service.pagination import Page, PageDep, paginate
 from service.problems import FieldError, invalid, json_path
+from service.text import unstorable_text
 
 router = APIRouter(
     prefix="/v1/datasets",
@@ -61,11 +61,13 @@ async def _read_upload(
             raise invalid(errors)
         data = await upload.read()
         records, errors = parse_jsonl(data, max_records, max_line_bytes)
+        if not errors and (error := unstorable_text(records, "$.file")) is not None:
+            errors = [error]
         if errors:
             raise invalid(errors)
         return str(name), records
     try:
-        body = DatasetCreate.model_validate(json.loads(await request.body()))
+        body = DatasetCreate.model_validate(await request.json())  # parsed once, cached
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, pydantic's error
         if isinstance(exc, ValidationError):
             raise invalid(

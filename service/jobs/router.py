@@ -26,7 +26,7 @@ from service.jobs.schemas import (
 from service.limits import check_open_jobs
 from service.models import Job
 from service.openapi import problems
-from service.pagination import Page, PageDep, paginate
+from service.pagination import MAX_ID, MAX_INT, Page, PageDep, paginate
 from service.problems import not_found
 
 router = APIRouter(
@@ -136,7 +136,9 @@ def cancel_job(job: JobDep, session: SessionDep) -> Response:
 def get_metrics(
     job: JobDep,
     session: SessionDep,
-    after_step: Annotated[int, Query(ge=0, description="Only steps after this one.")] = 0,
+    after_step: Annotated[
+        int, Query(ge=0, le=MAX_INT, description="Only steps after this one.")
+    ] = 0,
 ) -> MetricsPage:
     return MetricsPage(
         data=service.list_metrics(session, job, after_step),
@@ -162,10 +164,10 @@ def get_events(
     job: JobDep,
     session: SessionDep,
     settings: SettingsDep,
-    after: Annotated[int, Query(ge=0, description="Only events after this id.")] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_ID, description="Only events after this id.")] = 0,
     accept: Annotated[str | None, Header()] = None,
     last_event_id: Annotated[
-        int | None, Header(ge=0, description="SSE resume point; overrides `after`.")
+        int | None, Header(ge=0, le=MAX_ID, description="SSE resume point; overrides `after`.")
     ] = None,
 ) -> EventsPage | StreamingResponse:
     if accept and "text/event-stream" in accept:
@@ -199,7 +201,9 @@ def list_checkpoints(job: JobDep, session: SessionDep) -> CheckpointsPage:
 )
 def download_checkpoint(
     job: JobDep,
-    step: Annotated[str, Path(description="A step number, or `latest`.")],
+    step: Annotated[
+        str, Path(pattern=r"^(latest|[0-9]{1,9})$", description="A step number, or `latest`.")
+    ],
     session: SessionDep,
     storage: StorageDep,
     settings: SettingsDep,

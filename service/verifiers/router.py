@@ -1,13 +1,13 @@
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 from sqlalchemy import select
 
 from service.deps import SessionDep, TenantDep
 from service.idempotency import Idempotent, IdempotentRoute
 from service.models import VerifierVersion
 from service.openapi import problems
-from service.pagination import Page, PageDep, paginate
+from service.pagination import MAX_INT, Page, PageDep, paginate
 from service.verifiers import service
 from service.verifiers.schemas import (
     VerifierCreate,
@@ -59,7 +59,10 @@ def get_verifier(name: str, session: SessionDep, tenant: TenantDep) -> VerifierO
 
 @router.get("/{name}/versions/{version}", response_model=VerifierOut, responses=problems(404))
 def get_verifier_version(
-    name: str, version: int, session: SessionDep, tenant: TenantDep
+    name: str,
+    version: Annotated[int, Path(ge=1, le=MAX_INT)],
+    session: SessionDep,
+    tenant: TenantDep,
 ) -> VerifierOut:
     row = service.get_version(session, tenant, name, version)
     return VerifierOut.model_validate(row, from_attributes=True)
