@@ -241,6 +241,8 @@ async def _refuse_unstorable_text(request: Request) -> None:
             body = await request.json()  # cached on the request: the endpoint reads it again
         except ValueError:
             body = None  # the endpoint reports malformed JSON itself
+        except RecursionError:
+            raise invalid([FieldError(path="$", message="JSON nested too deeply")]) from None
         if (error := unstorable_text(body)) is not None:
             errors.append(error)
     if errors:

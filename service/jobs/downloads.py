@@ -12,7 +12,8 @@ from service.problems import ProblemError
 from service.settings import Settings
 from service.storage import ObjectStorage
 
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+# ASCII digits, at most 18 (a longer number is no byte offset of ours: the header is ignored)
+_RANGE = re.compile(r"^bytes=([0-9]{0,18})-([0-9]{0,18})$")
 
 
 def parse_range(header: str | None, size: int) -> tuple[int, int] | None:

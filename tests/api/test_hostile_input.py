@@ -11,6 +11,7 @@ import httpx
 
 from tests.api.conftest import tenant_client
 from tests.api.helpers import make_dataset, make_verifier
+from tests.api.test_downloads import seed_checkpoint
 from tests.e2e.services import RunningService
 
 BIG = str(2**70)
@@ -84,3 +85,17 @@ def test_a_500_leaves_the_connection_usable(api: RunningService) -> None:
         after = client.get("/v1/datasets")
         assert after.status_code == 200 and after.json()["data"] == []  # rolled back
         assert _connection(r) is _connection(first) is _connection(after)
+
+
+def test_deep_json_and_huge_ranges_are_not_500s(api: RunningService) -> None:
+    with tenant_client(api) as client:
+        deep = "[" * 100_000 + "]" * 100_000
+        body = '{"name": "deep", "records": [{"prompt": "p", "f": ' + deep + "}]}"
+        r = client.post("/v1/datasets", content=body, headers=JSON)
+        assert r.status_code == 422 and r.json()["errors"][0]["message"] == "JSON nested too deeply"
+        job_id, _ = seed_checkpoint(api, client, b"0123456789")
+        url = f"/v1/jobs/{job_id}/checkpoints/2/download"
+        r = client.get(url, headers={"Range": "bytes=" + "9" * 5000 + "-"})
+        assert r.status_code == 200 and r.content == b"0123456789"  # ignored, as RFC 9110 allows
+        r = client.get(url, headers={"Range": "bytes=2-4"})
+        assert r.status_code == 206 and r.content == b"234"
