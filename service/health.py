@@ -29,7 +29,8 @@ def _check_broker() -> None:
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
+    """Liveness: answered on the event loop, needing no thread of the pool and no database."""
     return {"status": "ok"}
 
 

@@ -1,7 +1,11 @@
-"""Request limits: the body size (counted while it streams in) and open jobs per tenant."""
+"""Request limits: the body size (counted while it streams in), open jobs per tenant, and
+concurrent verifier tests per tenant."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 from fastapi import Depends
@@ -79,3 +83,31 @@ def check_open_jobs(session: SessionDep, tenant: TenantDep, settings: SettingsDe
 
 
 OpenJobsLimit = Annotated[None, Depends(check_open_jobs)]
+
+
+class PerTenantSlots:
+    """At most `limit` calls at once per tenant in this process: one tenant's slow verifier
+    tests cannot take every thread of the API's pool."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._busy: dict[str, int] = {}
+
+    @contextmanager
+    def hold(self, tenant: str, limit: int, what: str) -> Iterator[None]:
+        with self._lock:
+            busy = self._busy.get(tenant, 0)
+            if busy >= limit:
+                message = f"{busy} {what} already running for this tenant; the limit is {limit}"
+                raise too_many(message, 1)
+            self._busy[tenant] = busy + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy[tenant] -= 1
+                if not self._busy[tenant]:
+                    del self._busy[tenant]
+
+
+verifier_tests = PerTenantSlots()

@@ -45,6 +45,12 @@ class Settings(BaseSettings):
     open_jobs_retry_after_s: int = Field(
         30, ge=1, description="Retry-After sent with the 429 for too many open jobs."
     )
+    max_concurrent_tests_per_tenant: int = Field(
+        4,
+        ge=1,
+        description="`/v1/verifiers/{name}/test` calls a tenant may run at once per API "
+        "process (429 beyond).",
+    )
     idempotency_ttl_s: int = Field(
         24 * 3600, ge=1, description="How long an Idempotency-Key and its response are kept."
     )

@@ -3,8 +3,9 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from sqlalchemy import select
 
-from service.deps import SessionDep, TenantDep
+from service.deps import SessionDep, SettingsDep, TenantDep
 from service.idempotency import Idempotent, IdempotentRoute
+from service.limits import verifier_tests
 from service.models import VerifierVersion
 from service.openapi import problems
 from service.pagination import MAX_INT, Page, PageDep, paginate
@@ -70,7 +71,13 @@ def get_verifier_version(
 
 @router.post("/{name}/test", response_model=VerifierTestResult, responses=problems(404, 413))
 def test_verifier(
-    name: str, body: VerifierTestRequest, session: SessionDep, tenant: TenantDep
+    name: str,
+    body: VerifierTestRequest,
+    session: SessionDep,
+    tenant: TenantDep,
+    settings: SettingsDep,
 ) -> VerifierTestResult:
-    row = service.get_version(session, tenant, name, body.version)
-    return service.run_test(session, row, body)
+    limit = settings.max_concurrent_tests_per_tenant
+    with verifier_tests.hold(tenant, limit, "verifier tests"):
+        row = service.get_version(session, tenant, name, body.version)
+        return service.run_test(session, row, body)

@@ -116,7 +116,9 @@ def get_version(
 def run_test(
     session: Session, row: VerifierVersion, body: VerifierTestRequest
 ) -> VerifierTestResult:
-    """Score samples through exactly the code path training uses."""
+    """Score samples through exactly the code path training uses. Everything the verifier
+    needs is read first and the session's connection released before tenant code runs: a slow
+    verifier must not hold one of the pool's connections for its whole run."""
     errors = [
         FieldError(path=f"$.samples[{i}].{field}", message=f"'{field}' is required")
         for i, sample in enumerate(body.samples)
@@ -125,13 +127,40 @@ def run_test(
     ]
     if errors:
         raise invalid(errors)
+    kind, config, name = row.kind, row.config, row.name
+    resolve = preloaded_resolver(make_resolver(session, row.tenant_id), kind, config)
+    session.close()  # back to the pool; the request's unit of work commits nothing after it
     started = time.perf_counter()
-    resolve = make_resolver(session, row.tenant_id)
     try:
         # Opened and scored on this one thread: the sandbox dies with the thread that made it.
-        with open_verifier(row.kind, row.config, name=row.name, resolve=resolve) as verifier:
+        with open_verifier(kind, config, name=name, resolve=resolve) as verifier:
             scores, errs = verifier.score(body.samples)
     except SandboxUnavailableError as exc:
         raise ProblemError(503, "Sandbox Unavailable", str(exc)) from exc
     elapsed_ms = (time.perf_counter() - started) * 1000
     return VerifierTestResult(scores=scores, errors=errs, elapsed_ms=round(elapsed_ms, 3))
+
+
+def preloaded_resolver(resolve: Resolver, kind: str, config: dict[str, Any]) -> Resolver:
+    """`resolve` answered ahead for every part a (pinned) composite opens, at any depth; the
+    returned resolver reads no database."""
+    table: dict[tuple[str, int | None], tuple[int, str, dict[str, Any]]] = {}
+    pending = [config] if kind == "composite" else []
+    while pending:
+        for part in pending.pop().get("parts", []):
+            key = (part["name"], part.get("version"))
+            if key in table:
+                continue
+            try:
+                table[key] = resolve(*key)
+            except LookupError:
+                continue  # opening reports it, with the part's path
+            if table[key][1] == "composite":
+                pending.append(table[key][2])
+
+    def answer(name: str, version: int | None) -> tuple[int, str, dict[str, Any]]:
+        if (name, version) not in table:
+            raise LookupError(f"no verifier {name}" + (f" version {version}" if version else ""))
+        return table[(name, version)]
+
+    return answer
