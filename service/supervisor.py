@@ -1,8 +1,10 @@
 """Run the service's processes (API, worker) as children and stop them together.
 
-Each child gets its own process group, so a SIGTERM reaches a Celery worker's pool child too:
-the training task then checkpoints at its next step boundary and hands its lease back
-(graceful shutdown) instead of being cut off. The reconciler runs as a thread here, beside
+Each child runs in a process group of its own under a small leader (`process_group.py`) that
+passes SIGTERM to the whole group, so it reaches a Celery worker's pool child too: the training
+task then checkpoints at its next step boundary and hands its lease back (graceful shutdown)
+instead of being cut off. The leader also gets SIGTERM from the kernel when this supervisor
+dies, even by SIGKILL, so no child outlives it. The reconciler runs as a thread here, beside
 every worker.
 """
 
@@ -48,7 +50,10 @@ class Supervisor:
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> int:
-        procs = [subprocess.Popen(cmd, start_new_session=True) for cmd in self.commands]
+        procs = [
+            subprocess.Popen(self._in_own_group(cmd), start_new_session=True)
+            for cmd in self.commands
+        ]
         signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
         signal.signal(signal.SIGINT, lambda *_: self._stop.set())
         if self.reconcile:
@@ -57,9 +62,10 @@ class Supervisor:
             time.sleep(0.2)
         requested = self._stop.is_set()
         self._stop.set()
-        for p in procs:
-            _signal_group(p, signal.SIGTERM)
-        deadline = time.monotonic() + self.grace_seconds
+        for p in procs:  # the leader passes it to its group
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_seconds + 5  # the leaders kill at the grace
         for p in procs:
             try:
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -69,6 +75,10 @@ class Supervisor:
         if requested:
             return 0
         return max((p.returncode or 0) for p in procs) or 1
+
+    def _in_own_group(self, command: list[str]) -> list[str]:
+        leader = [sys.executable, "-m", "service.process_group", str(self.grace_seconds), "--"]
+        return [*leader, *command]
 
     def _start_reconciler(self) -> None:
         from service.jobs.reconciler import run_forever

@@ -162,8 +162,10 @@ def test_sigterm_hands_the_job_over_without_losing_a_step(
     job = submit_digit_job(client, tiny_model_dir, **LONG_JOB)
     wait_for(lambda: started(client, job["id"], 1), "step 1")
     trainer = trainer_pid(client, job["id"], 1)
-    supervisor = _parent(_parent(trainer))  # pool child -> celery main -> grpo-service worker
-    worker = next(p for p in cluster.workers if p.pid == supervisor)
+    supervisors, pid = {p.pid for p in cluster.workers}, trainer
+    while pid not in supervisors:  # pool child -> celery -> group leader -> grpo-service worker
+        pid = _parent(pid)
+    worker = next(p for p in cluster.workers if p.pid == pid)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=120) == 0
     cluster.workers.remove(worker)

@@ -1,0 +1,69 @@
+"""A process group that dies with the supervisor: `python -m service.process_group GRACE -- CMD`.
+
+The supervisor starts each child (uvicorn, a Celery worker) through this small leader, in a
+process group of its own. The leader asks the kernel for SIGTERM when its parent dies
+(`PR_SET_PDEATHSIG`), even by SIGKILL, runs CMD in its group and waits. On SIGTERM (the
+supervisor stopping it, or the supervisor gone) it passes SIGTERM to the whole group, so the
+command's own children (a Celery pool process training a job, uvicorn's workers) get it too and
+a training run checkpoints and hands its job back; whatever still runs after GRACE seconds is
+killed. Without it, a killed supervisor left its children running, re-parented to init.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Have the kernel send `sig` to this process when its parent exits (Linux only)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
+def run(grace_seconds: float, command: list[str]) -> int:
+    parent = os.getppid()
+    die_with_parent()
+    if os.getppid() != parent:  # the supervisor died before the kernel could be told
+        return 1
+    stop = threading.Event()
+
+    def on_term(*_: object) -> None:
+        if not stop.is_set():
+            stop.set()
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            os.killpg(os.getpgrp(), signal.SIGTERM)  # the command and its children, not us
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which asks us
+    child = subprocess.Popen(command)
+    while child.poll() is None and not stop.wait(0.2):
+        pass
+    if not stop.is_set():  # the command ended by itself: its children go with it
+        on_term()
+        return child.returncode
+    deadline = time.monotonic() + grace_seconds
+    while child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if child.poll() is None:
+        os.killpg(os.getpgrp(), signal.SIGKILL)  # also ends this leader: nothing outlives it
+    return child.wait()
+
+
+def main() -> None:
+    grace, separator, *command = sys.argv[1:]
+    if separator != "--" or not command:
+        raise SystemExit("usage: python -m service.process_group GRACE -- CMD [ARGS...]")
+    raise SystemExit(run(float(grace), command))
+
+
+if __name__ == "__main__":
+    main()
