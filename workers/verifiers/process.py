@@ -60,7 +60,7 @@ class Child:
             del buf[: 4 + size]
             try:
                 obj = json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise ProtocolError("malformed frame") from None
             if not isinstance(obj, dict) or obj.get("n") != self.nonce:
                 raise ProtocolError("frame without the run's nonce")

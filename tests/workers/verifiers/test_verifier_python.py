@@ -342,3 +342,28 @@ def test_child_recycled_before_its_lifetime_cpu_cap():
         assert v.score([s("a"), s("b")])[0] == [1.0, 2.0]
         assert v.score([s("a")])[0] == [1.0]
         assert v.stats.spawns == 2
+
+
+@pytest.mark.parametrize(
+    ("item", "error"),
+    [([0, "v", 10**400], "returned a number out of range"),
+     ([0, "v", 1e308 * 10], "expected a finite"),
+     ([0, "v", "1"], "malformed result"), ([0, "v", True], "malformed result")],
+)  # fmt: skip
+def test_a_forged_result_frame_is_that_items_error(item: list, error: str) -> None:
+    """Verifier code that reached the nonce can write any frame; the parent turns whatever
+    number it holds into an item error, never an exception of its own (was an OverflowError)."""
+    v = verifier("def verify(prompt, completion, **kw):\n    return 1.0\n")
+    value, message = v._accept(item)
+    assert value is None and message is not None and error in message
+
+
+def test_a_deeply_nested_frame_is_a_protocol_error() -> None:
+    from workers.verifiers import process
+
+    child = process.Child.__new__(process.Child)
+    child.nonce, child.buf = "n", bytearray()
+    raw = b"[" * 100_000 + b"]" * 100_000
+    child.buf += len(raw).to_bytes(4, "big") + raw
+    with pytest.raises(process.ProtocolError, match="malformed frame"):
+        list(child.frames())
