@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from selenium import webdriver  # noqa: E402  (a dev dependency: never skipped)
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -128,3 +129,14 @@ def test_dashboard_shows_a_finished_job(
     assert "held-out reward falls" in banner.text
     browser.save_screenshot(str(tmp_path / "job-hacking.png"))
     assert console_errors(browser) == []
+
+
+def test_pages_and_files_carry_security_headers(trained: Trained) -> None:
+    for path in ("/ui/", "/ui/jobs/job_x", "/ui/static/app.js", "/ui/static/style.css"):
+        r = httpx.get(trained.svc.base_url + path, timeout=10)
+        assert r.status_code == 200, path
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert r.headers["referrer-policy"] == "no-referrer"
+        csp = r.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "default-src 'none'" in csp
+        assert "connect-src 'self'" in csp and "frame-ancestors 'none'" in csp
