@@ -37,10 +37,12 @@ class JobCreate(TrainSpec):
         },
     )
 
-    dataset: str = Field(min_length=1, description="Training dataset id (ds_…).")
-    eval_dataset: str | None = Field(None, description="Held-out dataset id.")
+    dataset: str = Field(min_length=1, max_length=128, description="Training dataset id (ds_…).")
+    eval_dataset: str | None = Field(None, max_length=128, description="Held-out dataset id.")
     verifiers: list[VerifierRef] = Field(min_length=1, max_length=16)
-    eval_verifiers: list[VerifierRef] | None = Field(None, description="Defaults to verifiers.")
+    eval_verifiers: list[VerifierRef] | None = Field(
+        None, min_length=1, max_length=16, description="Defaults to verifiers."
+    )
     queue: str = Field("gpu", pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
 
 

@@ -77,6 +77,20 @@ def test_non_finite_and_out_of_range_numbers_are_refused(client: httpx.Client) -
     }  # fmt: skip
 
 
+def test_spec_strings_and_lists_are_capped(client: httpx.Client) -> None:
+    body = {
+        "base_model": "m" * 1001, "dataset": "d" * 129, "eval_dataset": "d" * 129,
+        "verifiers": [{"name": "v" * 201}], "eval_verifiers": [{"name": "a"}] * 17,
+        "generation": {"stop": ["s"] * 17}, "lora": {"target_modules": ["q"] * 65},
+    }  # fmt: skip
+    r = client.post("/v1/jobs", json=body)
+    problem(r, 422)
+    assert set(error_paths(r)) == {
+        "$.base_model", "$.dataset", "$.eval_dataset", "$.verifiers[0].name",
+        "$.eval_verifiers", "$.generation.stop", "$.lora.target_modules",
+    }  # fmt: skip
+
+
 def test_body_limit_counts_streamed_bytes(client: httpx.Client) -> None:
     big = b'{"name": "x", "records": [' + b'{"prompt": "aaaaaaaaaa"},' * 60_000 + b"]}"
     problem(

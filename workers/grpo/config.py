@@ -106,7 +106,9 @@ class LoraParams(_Strict):
 class TrainSpec(_Strict):
     """What the engine needs to train: the model, the knobs, the cadence of side effects."""
 
-    base_model: str = Field(min_length=1, description="Local path or model id the workers load.")
+    base_model: str = Field(
+        min_length=1, max_length=1000, description="Local path or model id the workers load."
+    )
     grpo: GRPOParams = Field(default_factory=GRPOParams)
     generation: GenerationParams = Field(default_factory=GenerationParams)
     lora: LoraParams | None = None
