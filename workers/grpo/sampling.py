@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from workers.grpo.config import GenerationParams
-from workers.grpo.text import Prompt, cut_completions, encode_prompts, find_stops, pad_id
+from workers.grpo.text import Prompt, cut_completions, encode_groups, find_stops, pad_id
 
 
 @dataclass
@@ -127,9 +127,8 @@ class PlainSampler:
         keep_logprobs: bool = False,
     ) -> Generation:
         model, device, eos = self.model, self.model.device, self.tokenizer.eos_token_id
-        prompt_ids, prompt_mask = encode_prompts(self.tokenizer, prompts)  # (P, S)
-        prompt_ids = prompt_ids.repeat_interleave(group_size, 0).to(device)  # (N, S)
-        prompt_mask = prompt_mask.repeat_interleave(group_size, 0).to(device)  # (N, S)
+        tok = self.tokenizer
+        prompt_ids, prompt_mask = encode_groups(tok, prompts, group_size, device)  # (N, P)
         n, kw = prompt_ids.shape[0], cache_keyword(model)
         mask, ids = prompt_mask, prompt_ids
         positions = (mask.cumsum(1) - 1).clamp(min=0)  # (N, S) left padding: real tokens from 0

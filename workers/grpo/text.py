@@ -45,6 +45,16 @@ def encode_prompts(tokenizer: Any, prompts: list[Prompt]) -> tuple[Tensor, Tenso
     return out, mask
 
 
+def encode_groups(
+    tokenizer: Any, prompts: list[Prompt], group_size: int, device: Any
+) -> tuple[Tensor, Tensor]:
+    """Left-padded ids (N, P) and mask (N, P) on `device`, each prompt repeated for its group
+    of `group_size` consecutive rows (N = len(prompts) * group_size)."""
+    ids, mask = encode_prompts(tokenizer, prompts)  # (B, P)
+    ids = ids.repeat_interleave(group_size, 0).to(device)  # (N, P)
+    return ids, mask.repeat_interleave(group_size, 0).to(device)  # (N, P), (N, P)
+
+
 def find_stops(
     tokenizer: Any,
     tokens: Tensor,

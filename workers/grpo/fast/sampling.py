@@ -28,7 +28,7 @@ from workers.grpo.fast.lean_decode import LeanDecoder
 from workers.grpo.fast.lean_forward import prompt_groups
 from workers.grpo.fast.replay import DecodeRecord
 from workers.grpo.sampling import Generation, assemble, cache_keyword, sample_next
-from workers.grpo.text import Prompt, encode_prompts, find_stops, pad_id
+from workers.grpo.text import Prompt, encode_groups, find_stops, pad_id
 
 # Rows that have ended stop being decoded (the decoder drops them, cache rows included)
 # once those still going are at most this share of the rows decoded (read at the end checks).
@@ -148,9 +148,8 @@ class FastSampler:
         keep_logprobs: bool = False,
     ) -> Generation:
         device = self.model.device
-        prompt_ids, prompt_mask = encode_prompts(self.tokenizer, prompts)
-        prompt_ids = prompt_ids.repeat_interleave(group_size, 0).to(device)  # (N, P)
-        prompt_mask = prompt_mask.repeat_interleave(group_size, 0).to(device)  # (N, P)
+        tok = self.tokenizer
+        prompt_ids, prompt_mask = encode_groups(tok, prompts, group_size, device)  # (N, P)
         # inference_mode: no autograd bookkeeping per op (a small model's decode pays per op);
         # its tensors are cloned on the way out, as the training pass saves some for backward.
         threads = self.cpu_threads if device.type == "cpu" else None
