@@ -1,10 +1,14 @@
-"""API load benchmark: job-status polling and job creation against a production-mode API.
+"""API load benchmark: job-status polling and job creation against a production-mode API,
+measured against its floor.
 
 Starts everything itself: a fresh PostgreSQL database, `uvicorn service.main:app --workers N`
-(Redis broker on a db number of its own, local object storage), one tenant. Then, for each
-phase, keeps C keep-alive connections busy for D seconds with a small asyncio HTTP/1.1 client
-(no third-party load tool needed) and prints requests/s, p50/p99 latency, errors and the API's
-RSS (all worker processes) at start and end.
+(Redis broker on a db number of its own, local object storage), one tenant, and beside it the
+floor: a bare FastAPI route (`bench/bare_app.py`, the same response bytes) on the same uvicorn
+options and worker count. Then, for each phase, keeps C keep-alive connections busy for D
+seconds with a small asyncio HTTP/1.1 client (no third-party load tool needed) and prints
+requests/s, p50/p99 latency, errors and the API's RSS (all worker processes) at start and
+end. The status-poll rate is also printed as a fraction of the bare route's: a figure that
+depends far less on the machine (and on whatever else runs on it) than requests/s.
 
     .venv/bin/python bench/api_load.py --seconds 60 --workers 2
 """
@@ -27,6 +31,9 @@ from pathlib import Path
 
 import httpx
 import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from service.http_limits import uvicorn_options  # noqa: E402
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432"
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,6 +88,19 @@ def cpu_seconds(pid: int) -> float:
         except FileNotFoundError:
             continue
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def wait_up(url: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(url).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{url} did not answer")
+        time.sleep(0.3)
 
 
 @dataclass
@@ -174,6 +194,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes.")
     parser.add_argument("--connections", type=int, default=32, help="Concurrent connections.")
     parser.add_argument("--redis-db", type=int, default=13, help="Redis db number to use.")
+    parser.add_argument(
+        "--rate-limit",
+        type=int,
+        default=0,
+        help="GRPO_RATE_LIMIT_PER_MINUTE of the API (0: off); set it high to measure its cost.",
+    )
     parser.add_argument("--json", type=Path, help="Also write the results here.")
     args = parser.parse_args()
 
@@ -188,20 +214,28 @@ def main() -> None:
         "GRPO_BROKER_URL": f"redis://127.0.0.1:6379/{args.redis_db}",
         "GRPO_STORAGE_URL": f"file://{work / 'objects'}",
         "GRPO_MAX_OPEN_JOBS_PER_TENANT": str(10**9),
+        "GRPO_QUEUES": '{"gpu": {}, "bench-nobody-listens": {}}',
+        "GRPO_RATE_LIMIT_PER_MINUTE": str(args.rate_limit),
     }
     psql(f"CREATE DATABASE {db}")
-    api = None
+    api = bare = None
+    # Both servers as `grpo-service api` runs: its HTTP protocol and limits, N workers.
+    uvicorn = [sys.executable, "-m", "uvicorn", "--workers", str(args.workers), "--no-access-log",
+               "--log-level", "warning", *uvicorn_options()]  # fmt: skip
     try:
         cli = [sys.executable, "-m", "service.cli"]
         subprocess.run([*cli, "migrate"], env=env, check=True, capture_output=True, cwd=ROOT)
+        subprocess.run(  # the job's base model: a tiny one, registered in the catalog
+            [*cli, "make-tiny-model", str(work / "tiny"), "--register", "tiny"],
+            env=env, check=True, capture_output=True, cwd=ROOT,
+        )  # fmt: skip
         out = subprocess.run(
             [*cli, "create-api-key", "--tenant", "bench"],
             env=env, check=True, capture_output=True, text=True, cwd=ROOT,
         )  # fmt: skip
         key = out.stdout.strip().splitlines()[-1]
         api = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "service.main:app", "--port", str(port),
-             "--workers", str(args.workers), "--no-access-log", "--log-level", "warning"],
+            [*uvicorn, "service.main:app", "--port", str(port)],
             env=env, cwd=ROOT, start_new_session=True,
         )  # fmt: skip
         base = f"http://127.0.0.1:{port}"
@@ -223,12 +257,19 @@ def main() -> None:
         records = [{"prompt": f"Digit {i}:", "answer": str(i)} for i in range(10)]
         ds = client.post("/v1/datasets", json={"name": "d", "records": records})
         spec = {
-            "base_model": "/models/none",
+            "base_model": "tiny",
             "dataset": ds.json()["id"],
             "verifiers": [{"name": "em"}],
             "queue": "bench-nobody-listens",  # stays queued: no worker trains in the bench
         }
         job = client.post("/v1/jobs", json=spec).json()
+        bare_port = free_port()
+        bare = subprocess.Popen(
+            [*uvicorn, "bench.bare_app:app", "--port", str(bare_port)],
+            env={**env, "BENCH_BARE_BODY": client.get(f"/v1/jobs/{job['id']}").text},
+            cwd=ROOT, start_new_session=True,
+        )  # fmt: skip
+        wait_up(f"http://127.0.0.1:{bare_port}/bare")
         host = f"127.0.0.1:{port}"
         print(
             f"API: uvicorn --workers {args.workers} on PostgreSQL; {args.connections} "
@@ -236,26 +277,34 @@ def main() -> None:
             flush=True,
         )
         poll = build_request("GET", f"/v1/jobs/{job['id']}", host, key)
+        floor = build_request("GET", "/bare", f"127.0.0.1:{bare_port}", key)
         create = build_request("POST", "/v1/jobs", host, key, json.dumps(spec).encode())
 
         async def run() -> dict[str, dict[str, float]]:
             # a short warm-up so every worker has its connections and caches
             await phase("warm-up", port, poll, 200, 3, args.connections, api.pid)
+            await phase("warm-up bare", bare_port, floor, 200, 3, args.connections, bare.pid)
+            floor_run = await phase(
+                "bare route", bare_port, floor, 200, args.seconds, args.connections, bare.pid
+            )
             polls = await phase(
                 "status polls", port, poll, 200, args.seconds, args.connections, api.pid
             )
+            polls["of_bare_rps"] = polls["rps"] / floor_run["rps"]
+            print(f"status polls at {polls['of_bare_rps']:.0%} of the bare route's rate")
             creates = await phase(
                 "job creation", port, create, 201, args.seconds, args.connections, api.pid
             )
-            return {"status_polls": polls, "job_creation": creates}
+            return {"bare_route": floor_run, "status_polls": polls, "job_creation": creates}
 
         results = asyncio.run(run())
         if args.json:
             args.json.write_text(json.dumps(results, indent=2))
     finally:
-        if api is not None:
-            os.killpg(api.pid, signal.SIGTERM)
-            api.wait(timeout=30)
+        for proc in (api, bare):
+            if proc is not None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
         psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
         redis.Redis(host="127.0.0.1", port=6379, db=args.redis_db).flushdb()
 

@@ -23,6 +23,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.e2e.cluster import Cluster, run_cluster  # noqa: E402
+from tests.e2e.freezing import frozen  # noqa: E402
+from tests.e2e.services import TINY  # noqa: E402
 from tests.e2e.test_training_flow import submit_digit_job  # noqa: E402
 
 JOB = {
@@ -62,10 +64,8 @@ def fault(cluster: Cluster, rng: random.Random, log: list[dict[str, Any]]) -> No
         if action == "kill":
             os.kill(rng.choice(pids), signal.SIGKILL)
         elif action == "stop":
-            pid = rng.choice(pids)
-            os.kill(pid, signal.SIGSTOP)
-            time.sleep(8)  # past the 5 s lease
-            os.kill(pid, signal.SIGCONT)
+            with frozen(rng.choice(pids)):  # its watchdog and training process
+                time.sleep(8)  # past the 5 s lease
     except ProcessLookupError:  # that run finished meanwhile
         return
     if action == "redis":
@@ -169,10 +169,12 @@ def main() -> None:
         model = make_tiny_model(Path(tmp) / "model")
         cluster_dir, s3 = Path(tmp) / "cluster", f"http://{host}:{port}"
         # many faults per job by design: allow more claims than production's default
-        with run_cluster(cluster_dir, s3, extra_env={"GRPO_MAX_ATTEMPTS": "20"}) as cluster:
+        with run_cluster(
+            cluster_dir, s3, extra_env={"GRPO_MAX_ATTEMPTS": "20"}, model=model
+        ) as cluster:
             # a tenant per job: each registers its own "digits" verifier version 1
             job_ids = [
-                submit_digit_job(cluster.client(f"chaos-{i}"), model, **JOB)["id"]
+                submit_digit_job(cluster.client(f"chaos-{i}"), TINY, **JOB)["id"]
                 for i in range(args.jobs)
             ]
             print(f"submitted {len(job_ids)} jobs; injecting faults", flush=True)

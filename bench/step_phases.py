@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("generation", "reference", "fwd_bwd", "clip", "optimizer", "step")
 
 
-def _timed(record: list[float], fn: Callable) -> Callable:
+def timed(record: list[float], fn: Callable) -> Callable:
     def call(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:
@@ -57,16 +57,16 @@ def measure(root: Path, size: str, steps: int, lora: int | None = None) -> dict[
     from bench.vs_trl import build
 
     times: dict[str, list[float]] = {name: [] for name in PHASES}
-    trainer.batch_logprobs = _timed(times["reference"], trainer.batch_logprobs)
-    trainer.accumulate_gradients = _timed(times["fwd_bwd"], trainer.accumulate_gradients)
-    trainer.grpo_step = _timed(times["step"], trainer.grpo_step)
-    torch.nn.utils.clip_grad_norm_ = _timed(times["clip"], torch.nn.utils.clip_grad_norm_)
+    trainer.batch_logprobs = timed(times["reference"], trainer.batch_logprobs)
+    trainer.accumulate_gradients = timed(times["fwd_bwd"], trainer.accumulate_gradients)
+    trainer.grpo_step = timed(times["step"], trainer.grpo_step)
+    torch.nn.utils.clip_grad_norm_ = timed(times["clip"], torch.nn.utils.clip_grad_norm_)
     setup = trainer._setup
 
     def timed_setup(*args: Any, **kwargs: Any) -> Any:
         run = setup(*args, **kwargs)
-        run.sampler.generate = _timed(times["generation"], run.sampler.generate)
-        run.optimizer.step = _timed(times["optimizer"], run.optimizer.step)
+        run.sampler.generate = timed(times["generation"], run.sampler.generate)
+        run.optimizer.step = timed(times["optimizer"], run.optimizer.step)
         return run
 
     trainer._setup = timed_setup
@@ -108,8 +108,8 @@ def measure_ragged(root: Path, size: str, reps: int) -> dict[str, float]:
         spec = TrainSpec(
             base_model=str(path), grpo={"beta": 0.04}, generation={"max_new_tokens": width}
         )
-        score = _timed(times["reference"], batch_logprobs)
-        train = _timed(times["fwd_bwd"], accumulate_gradients)
+        score = timed(times["reference"], batch_logprobs)
+        train = timed(times["fwd_bwd"], accumulate_gradients)
         for _ in range(reps):
             ref = score(model, out, 1.0, None)
             model.zero_grad()

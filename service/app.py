@@ -8,16 +8,29 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service import idempotency, openapi
+from service.api_docs.router import router as docs_router
+from service.auth.ratelimit import RateLimitHeaders
+from service.catalog.router import router as models_router
 from service.datasets.router import router as datasets_router
 from service.errors import UnhandledErrors, install_error_handlers
+from service.graders.router import router as graders_router
 from service.health import router as health_router
+from service.inference.router import router as inference_router
+from service.jobs.control import router as job_control_router
 from service.jobs.router import router as jobs_router
 from service.limits import BodyLimitMiddleware
 from service.metrics import MetricsMiddleware, register_collectors
+from service.preflight.router import router as preflight_router
+from service.rollouts.router import router as rollouts_router
+from service.secrets.router import router as secrets_router
 from service.settings import Settings, get_settings
 from service.storage import open_storage_from_settings
+from service.tensorboard.router import router as tensorboard_router
 from service.ui.router import router as ui_router
+from service.usage.router import router as usage_router
 from service.verifiers.router import router as verifiers_router
+from service.webhooks.router import router as webhooks_router
+from service.whoami import router as whoami_router
 
 DESCRIPTION = """\
 GRPO training as a service. Every `/v1` route takes `Authorization: Bearer <api key>`.
@@ -43,14 +56,38 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Training-as-a-service for GRPO reinforcement learning of language models.",
         description=DESCRIPTION,
         lifespan=lifespan,
+        # Swagger UI from local files (service/api_docs), or not at all; no ReDoc (a CDN's).
+        docs_url=None,
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
     )
     install_error_handlers(app)
     idempotency.install(app)
-    for router in (health_router, verifiers_router, datasets_router, jobs_router):
+    routers = (
+        health_router,
+        whoami_router,
+        models_router,
+        verifiers_router,
+        graders_router,
+        inference_router,
+        datasets_router,
+        preflight_router,  # before jobs_router: its paths are under /v1/jobs
+        usage_router,  # before jobs_router: POST /v1/jobs/estimate
+        jobs_router,
+        job_control_router,
+        rollouts_router,
+        secrets_router,
+        webhooks_router,
+        tensorboard_router,
+    )
+    for router in routers:
         app.include_router(router)
     app.include_router(ui_router)
+    if settings.docs_enabled:
+        app.include_router(docs_router)
     openapi.install(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
+    app.add_middleware(RateLimitHeaders)
     app.add_middleware(MetricsMiddleware)
     app.add_middleware(UnhandledErrors)  # last added: outermost of ours
     register_collectors()

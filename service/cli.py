@@ -10,12 +10,20 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from service.supervisor import Supervisor, api_command, worker_command
+from service.auth.cli import app as keys_app
+from service.catalog.cli import app as models_app
+from service.secrets.cli import app as secrets_app
+from service.supervisor import Supervisor, api_command, serve_command, worker_command
+from service.usage.cli import app as tenants_app
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help=__doc__, pretty_exceptions_enable=False
 )
 console = Console(stderr=True)
+app.add_typer(models_app, name="models")
+app.add_typer(keys_app, name="keys")
+app.add_typer(secrets_app, name="secrets")
+app.add_typer(tenants_app, name="tenants")
 
 HostOpt = Annotated[str, typer.Option(help="Interface to bind.")]
 PortOpt = Annotated[int, typer.Option(help="Port to listen on.")]
@@ -60,13 +68,17 @@ def worker(
     ] = None,
 ) -> None:
     """Run a Celery training worker (one job at a time) and the reconciler."""
+    from service.jobs.worker_registry import registered
+    from service.settings import get_settings
     from workers.observability import cleanup_metrics, serve_metrics
 
     _log_sandbox_mode()
     folder = serve_metrics(metrics_port) if metrics_port else None
     supervisor = Supervisor([worker_command(queue)], grace_seconds=grace_seconds, reconcile=True)
+    queues = [q for q in queue.split(",") if q]  # Celery's -Q takes a comma-separated list
     try:
-        code = supervisor.run()
+        with registered(queues, get_settings()):  # the API warns about queues nobody serves
+            code = supervisor.run()
     finally:
         if folder:
             cleanup_metrics(folder)
@@ -74,8 +86,21 @@ def worker(
 
 
 @app.command()
-def up(host: HostOpt = "127.0.0.1", port: PortOpt = 8000, grace_seconds: GraceOpt = 600.0) -> None:
-    """Embedded mode: migrate, then run the API and one worker together until Ctrl-C/SIGTERM."""
+def up(
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    grace_seconds: GraceOpt = 600.0,
+    serve: Annotated[
+        bool, typer.Option(help="Also run `serve` (inference) unless GRPO_INFERENCE_URL is set.")
+    ] = True,
+    serve_port: Annotated[
+        int | None,
+        typer.Option(help="serve's port on 127.0.0.1 (default: --port + 1 when free)."),
+    ] = None,
+) -> None:
+    """Embedded mode: migrate, then run the API, one worker and the inference backend together
+    until Ctrl-C/SIGTERM."""
+    from service.jobs.worker_registry import registered
     from service.migrate import upgrade
     from service.settings import get_settings
 
@@ -85,20 +110,70 @@ def up(host: HostOpt = "127.0.0.1", port: PortOpt = 8000, grace_seconds: GraceOp
     _log_sandbox_mode()
     console.print(f"grpo-service up ({mode}) on http://{host}:{port}, data in {settings.data_path}")
     commands = [api_command(host, port), worker_command("gpu")]
-    raise typer.Exit(Supervisor(commands, grace_seconds=grace_seconds, reconcile=True).run())
+    if serve and not settings.inference_url:
+        commands.append(_embedded_serve(serve_port or _free_port_near(port + 1)))
+    with registered(["gpu"], settings):
+        code = Supervisor(commands, grace_seconds=grace_seconds, reconcile=True).run()
+    raise typer.Exit(code)
+
+
+def _free_port_near(port: int) -> int:
+    """`port` when nothing listens there, else one the kernel picks (serve failing to bind
+    would stop every process of `up`)."""
+    import socket
+
+    for candidate in (port, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free port for serve")
+
+
+def _embedded_serve(port: int) -> list[str]:
+    """serve on loopback, its URL and a fresh shared token in the environment every child
+    inherits (the API reads them)."""
+    import secrets
+
+    os.environ["GRPO_INFERENCE_URL"] = f"http://127.0.0.1:{port}"
+    os.environ["GRPO_INFERENCE_BACKEND"] = "grpo"
+    os.environ.setdefault("GRPO_INFERENCE_TOKEN", secrets.token_urlsafe(32))
+    console.print(f"inference backend (serve) on http://127.0.0.1:{port}")
+    return serve_command("127.0.0.1", port)
+
+
+@app.command()
+def serve(host: HostOpt = "127.0.0.1", port: PortOpt = 8001) -> None:
+    """Run the inference backend (OpenAI-compatible, for the API to proxy to; needs
+    GRPO_INFERENCE_TOKEN, the same value as the API's)."""
+    from service.settings import get_settings
+
+    if get_settings().inference_token is None:
+        console.print("error: set GRPO_INFERENCE_TOKEN (the API sends the same value)", style="red")
+        raise typer.Exit(2)
+    raise typer.Exit(Supervisor([serve_command(host, port)]).run())
 
 
 @app.command("create-api-key")
 def create_api_key(
     tenant: Annotated[str, typer.Option(help="Tenant name (created if new).")],
+    scope: Annotated[
+        str, typer.Option(help="full, or read: GET and HEAD only (anything else 403).")
+    ] = "full",
 ) -> None:
     """Create an API key; it is printed once, alone on the last line."""
-    from service.auth.service import create_api_key as create
+    from service.auth.service import SCOPES, new_api_key
     from service.db import session_scope
 
+    if scope not in SCOPES:
+        console.print(f"error: --scope must be one of {', '.join(SCOPES)}", style="red")
+        raise typer.Exit(2)
     with session_scope() as session:
-        secret = create(session, tenant)
-    console.print(f"API key for tenant '{tenant}' (shown once):")
+        key, secret = new_api_key(session, tenant, scope)
+        key_id = key.id
+    console.print(f"API key {key_id} ({scope}) for tenant '{tenant}' (shown once):")
     print(secret)
 
 
@@ -106,27 +181,32 @@ def create_api_key(
 def revoke_api_key(
     key: Annotated[str, typer.Argument(help="The key, or its 12-char prefix.")],
 ) -> None:
-    """Revoke an API key."""
-    from service.auth.service import revoke_api_key as revoke
-    from service.db import session_scope
+    """Revoke an API key (the same as `grpo-service keys revoke`)."""
+    from service.auth.cli import revoke
 
-    with session_scope() as session:
-        count = revoke(session, key)
-    if not count:
-        console.print("no active key matches")
-        raise typer.Exit(1)
-    console.print(f"revoked {count} key(s)")
+    revoke(key)
 
 
 @app.command("make-tiny-model")
 def make_tiny_model(
-    path: Annotated[Path, typer.Argument(help="Directory to write.")], seed: int = 0
+    path: Annotated[Path, typer.Argument(help="Directory to write.")],
+    seed: int = 0,
+    chat_template: Annotated[
+        bool, typer.Option(help="Give the tokenizer a chat template.")
+    ] = False,
+    register: Annotated[
+        str | None, typer.Option(help="Also add it to the model catalog under this name.")
+    ] = None,
 ) -> None:
     """Write a small random-init Llama-shaped causal LM with a local tokenizer."""
     from workers.grpo.tiny_model import make_tiny_model as make
 
-    out = make(path, seed=seed)
+    out = make(path, seed=seed, chat_template=chat_template)
     console.print(f"tiny model written to {out}")
+    if register:
+        from service.catalog.cli import add
+
+        add(register, str(out.resolve()), revision=None)
 
 
 @app.command("train")
@@ -137,6 +217,9 @@ def train_local(
         Path | None, typer.Option(help="Checkpoint directory to continue from.")
     ] = None,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: auto).")] = None,
+    nproc: Annotated[
+        int, typer.Option(help="Processes (torch.distributed; one device each on CUDA).")
+    ] = 1,
 ) -> None:
     """Train locally with the GRPO engine (no API, no queue): one JSON line per step."""
     from pydantic import ValidationError
@@ -144,7 +227,7 @@ def train_local(
     from workers.local_train import local_errors, run_local
 
     try:
-        run_local(spec, out, resume_from=resume_from, device=device)
+        run_local(spec, out, resume_from=resume_from, device=device, nproc=nproc)
     except (ValidationError, OSError, *local_errors()) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
@@ -159,7 +242,7 @@ def report(
 ) -> None:
     """Write a self-contained HTML report of a run (curves, spec, verifiers, checkpoints)."""
     from service.client import ClientError
-    from service.report import write_report
+    from service.client.report import write_report
 
     try:
         path = write_report(job_id, str(out), url, api_key)

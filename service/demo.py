@@ -30,6 +30,7 @@ from workers.verifiers import sandbox_mode
 console = Console()
 ROOT = Path(os.environ.get("GRPO_DEMO_DIR", ".grpo/demo")).resolve()
 CLI = [sys.executable, "-m", "service.cli"]
+DEMO_MODEL = "tiny-llama"
 
 JOB_SPEC: dict[str, Any] = {
     "grpo": {
@@ -125,6 +126,11 @@ def run_demo() -> None:
             [*CLI, "create-api-key", "--tenant", "demo"],
             env=env, check=True, capture_output=True, text=True,
         ).stdout.strip().splitlines()[-1]  # fmt: skip
+        console.print(f"    the operator adds it to the model catalog as '{DEMO_MODEL}'")
+        subprocess.run(
+            [*CLI, "models", "add", DEMO_MODEL, str(model_dir)],
+            env=env, check=True, capture_output=True,
+        )  # fmt: skip
         headers = {"Authorization": f"Bearer {key}"}
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=60) as c:
             _client_session(c, model_dir)
@@ -145,7 +151,7 @@ def _client_session(client: httpx.Client, model_dir: Path) -> None:
     ds = _expect(client.post("/v1/datasets", data={"name": "digits"}, files=files), 201)
     console.print(f"[bold]4.[/] uploaded dataset {ds['id']} ({ds['num_records']} records)")
 
-    spec = {**JOB_SPEC, "base_model": str(model_dir), "dataset": ds["id"]}
+    spec = {**JOB_SPEC, "base_model": DEMO_MODEL, "dataset": ds["id"]}
     spec["verifiers"] = [{"name": "digits"}]
     job = _expect(client.post("/v1/jobs", json=spec), 201)
     console.print(f"[bold]5.[/] job {job['id']} queued; following it")

@@ -7,6 +7,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -21,6 +22,7 @@ from service.problems import (
 )
 
 log = logging.getLogger(__name__)
+POOL_RETRY_AFTER_S = 1
 
 
 def render_problem(problem: Problem, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -46,6 +48,16 @@ def install_error_handlers(app: FastAPI) -> None:
             for e in exc.errors()
         ]
         return render_problem(invalid(errors).problem)
+
+    @app.exception_handler(PoolTimeout)
+    async def _pool_exhausted(_: Request, exc: PoolTimeout) -> JSONResponse:
+        # A burst larger than the connection pool: the request waited its turn for the pool's
+        # timeout. Busy, not broken: the client retries.
+        log.warning("database pool exhausted: %s", exc)
+        problem = Problem(
+            title=status_title(503), status=503, detail="the service is busy: retry shortly"
+        )
+        return render_problem(problem, {"Retry-After": str(POOL_RETRY_AFTER_S)})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -153,15 +153,15 @@ async def acquire(claim: Claim, method_path: str, digest: str, settings: Any) ->
         await asyncio.sleep(POLL_SECONDS)
 
 
-def _store(session: Any, claim: Claim, response: Response) -> None:
+def _store(session: Any, claim: Claim, response: Response, unstored: tuple[str, ...]) -> None:
+    body = json.loads(bytes(response.body))
+    for name in unstored:  # a secret shown once: a replay answers null in its place
+        if isinstance(body, dict) and name in body:
+            body[name] = None
     session.execute(
         update(IdempotencyKey)
         .where(IdempotencyKey.tenant_id == claim.tenant_id, IdempotencyKey.key == claim.key)
-        .values(
-            status_code=response.status_code,
-            response=json.loads(bytes(response.body)),
-            completed_at=utcnow(),
-        )
+        .values(status_code=response.status_code, response=body, completed_at=utcnow())
     )
 
 
@@ -200,7 +200,8 @@ async def idempotency(
         await run_in_threadpool(_drop, claim)
         return
     # Stored in the request's transaction: the response commits with what it describes.
-    await run_in_threadpool(_store, session, claim, response)
+    unstored = getattr(request.state, "idempotency_unstored", ())
+    await run_in_threadpool(_store, session, claim, response, unstored)
     after_rollback(session, lambda: _drop(claim))
 
 
@@ -214,18 +215,40 @@ class IdempotentRoute(APIRoute):
 
     def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
         handler = super().get_route_handler()
+        parse_json = not getattr(self.endpoint, "reads_its_body", False)
+        unstored: tuple[str, ...] = getattr(self.endpoint, "replayed_without", ())
 
         async def capture(request: Request) -> Response:
-            await _refuse_unstorable_text(request)
+            await _refuse_unstorable_text(request, parse_json)
             response = await handler(request)
             if getattr(request.state, "idempotency", None) is not None:
                 request.state.idempotency_response = response
+                request.state.idempotency_unstored = unstored
             return response
 
         return capture
 
 
-async def _refuse_unstorable_text(request: Request) -> None:
+def replayed_without(*fields: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark an endpoint whose answer holds a secret shown once (`POST /v1/webhooks`): the
+    idempotency store keeps the answer with those top-level fields set to null, and a replay
+    answers so, rather than keeping the secret in plain text for 24 h."""
+
+    def mark(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+        endpoint.replayed_without = fields  # type: ignore[attr-defined]
+        return endpoint
+
+    return mark
+
+
+def reads_its_body(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark an endpoint that parses (and checks) its own body, as it streams: the route then
+    never parses it whole (`POST /v1/datasets`, whose bodies are the largest)."""
+    endpoint.reads_its_body = True  # type: ignore[attr-defined]
+    return endpoint
+
+
+async def _refuse_unstorable_text(request: Request, parse_json: bool = True) -> None:
     fields = [
         *(("path", k, v) for k, v in request.path_params.items()),
         *(("query", k, v) for k, v in request.query_params.multi_items()),
@@ -236,13 +259,16 @@ async def _refuse_unstorable_text(request: Request) -> None:
         for where, name, value in fields
         if isinstance(value, str) and (message := text_problem(value))
     ]
-    if not errors and "json" in request.headers.get("content-type", ""):
-        try:
-            body = await request.json()  # cached on the request: the endpoint reads it again
+    if not errors and parse_json and "json" in request.headers.get("content-type", ""):
+        raw = await request.body()
+        try:  # off the event loop: a large body takes a while to parse
+            body = await run_in_threadpool(json.loads, raw) if raw else None
         except ValueError:
             body = None  # the endpoint reports malformed JSON itself
         except RecursionError:
             raise invalid([FieldError(path="$", message="JSON nested too deeply")]) from None
+        else:
+            request._json = body  # Starlette's cache: the endpoint's `request.json()` reuses it
         if (error := unstorable_text(body)) is not None:
             errors.append(error)
     if errors:

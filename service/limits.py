@@ -9,13 +9,12 @@ from contextlib import contextmanager
 from typing import Annotated
 
 from fastapi import Depends
-from sqlalchemy import bindparam, func, select
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service import open_jobs
 from service.deps import SessionDep, SettingsDep, TenantDep
 from service.errors import render_problem
-from service.models import LIVE_STATUSES, Job
 from service.problems import Problem, too_many
 
 
@@ -62,24 +61,13 @@ class BodyLimitMiddleware:
         await response(scope, receive, send)
 
 
-# Built once, with a bound parameter: no statement to build or cache key to compute per request.
-_OPEN_JOBS = (
-    select(func.count())
-    .select_from(Job)
-    .where(Job.tenant_id == bindparam("tenant"), Job.status.in_(LIVE_STATUSES))
-)
-
-
 def check_open_jobs(session: SessionDep, tenant: TenantDep, settings: SettingsDep) -> None:
-    """429 with Retry-After when the tenant already has its quota of live jobs. A soft limit:
-    two racing submissions may both pass at the edge."""
-    limit = settings.max_open_jobs_per_tenant
-    count = session.scalar(_OPEN_JOBS, {"tenant": tenant})
-    if (count or 0) >= limit:
-        raise too_many(
-            f"the tenant has {count} open jobs; the limit is {limit}",
-            settings.open_jobs_retry_after_s,
-        )
+    """429 with Retry-After when the tenant already has its quota of live jobs: refused before
+    the submission is validated. This count takes no lock; the exact check is the locked one
+    right before the insert (`service.open_jobs.reserve_open_job`)."""
+    problem = open_jobs.over_limit(open_jobs.count_open_jobs(session, tenant), settings)
+    if problem is not None:
+        raise problem
 
 
 OpenJobsLimit = Annotated[None, Depends(check_open_jobs)]

@@ -1,5 +1,9 @@
 """Prometheus metrics: requests and latencies by route (an ASGI middleware), and, computed at
-each scrape, jobs by status and the depth of every queue in use."""
+each scrape, jobs by status and the depth of every queue in use.
+
+The job and queue gauges are the operator's: they show every tenant's activity and the queue
+names, so they are in a registry of their own (`OPERATOR_REGISTRY`) that `/metrics` serves
+only to a scrape with the operator's token (GRPO_METRICS_TOKEN)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import logging
 import time
 from collections.abc import Iterator
 
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
@@ -27,7 +31,9 @@ LATENCY = Histogram(
 )
 # The children of both metrics by (method, route, status): bounded, as routes are templates.
 _children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
-STATUSES = ("queued", "running", "cancelling", "succeeded", "failed", "cancelled")
+STATUSES = (
+    "queued", "running", "cancelling", "pausing", "paused", "succeeded", "failed", "cancelled",
+)  # fmt: skip
 
 
 class MetricsMiddleware:
@@ -90,11 +96,13 @@ class JobsCollector(Collector):
         yield depth
 
 
+# Collected only for an authorised scrape; the default registry holds the request metrics.
+OPERATOR_REGISTRY = CollectorRegistry(auto_describe=False)
 _registered = False
 
 
 def register_collectors() -> None:
     global _registered
     if not _registered:
-        REGISTRY.register(JobsCollector())
+        OPERATOR_REGISTRY.register(JobsCollector())
         _registered = True

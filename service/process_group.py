@@ -11,6 +11,7 @@ killed. Without it, a killed supervisor left its children running, re-parented t
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -18,8 +19,35 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, top down (children of each of its threads, recursively)."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            with contextlib.suppress(OSError, ValueError):
+                children = [int(c) for c in (task / "children").read_text().split()]
+                found += children
+                todo += children
+    return found
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a child started in a process group of its own, its group and every descendant
+    (verifier sandboxes live in sessions of their own, outside the group), and reap it."""
+    doomed = descendants(proc.pid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pid in doomed:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:

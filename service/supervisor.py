@@ -4,8 +4,8 @@ Each child runs in a process group of its own under a small leader (`process_gro
 passes SIGTERM to the whole group, so it reaches a Celery worker's pool child too: the training
 task then checkpoints at its next step boundary and hands its lease back (graceful shutdown)
 instead of being cut off. The leader also gets SIGTERM from the kernel when this supervisor
-dies, even by SIGKILL, so no child outlives it. The reconciler runs as a thread here, beside
-every worker.
+dies, even by SIGKILL, so no child outlives it. The reconciler and the webhook dispatcher run as
+threads here, beside every worker.
 """
 
 from __future__ import annotations
@@ -24,12 +24,24 @@ log = logging.getLogger(__name__)
 
 
 def api_command(host: str, port: int, workers: int = 1) -> list[str]:
-    """uvicorn picks httptools and uvloop itself when installed (both are dependencies). More
-    than one worker process uses more than one core (each has its own pool and caches)."""
+    """uvicorn picks uvloop itself when installed (a dependency); the HTTP protocol and the
+    limits on slow clients come from `http_limits`. More than one worker process uses more
+    than one core (each has its own pool and caches)."""
+    from service.http_limits import uvicorn_options
+
     return [
         sys.executable, "-m", "uvicorn", "service.main:app",
         "--host", host, "--port", str(port), "--no-access-log",
         *(["--workers", str(workers)] if workers > 1 else []),
+        *uvicorn_options(),
+    ]  # fmt: skip
+
+
+def serve_command(host: str, port: int) -> list[str]:
+    """One process: its engine thread batches every request it gets (service/serve/app.py)."""
+    return [
+        sys.executable, "-m", "uvicorn", "service.serve.app:app_from_env", "--factory",
+        "--host", host, "--port", str(port), "--no-access-log",
     ]  # fmt: skip
 
 
@@ -81,13 +93,18 @@ class Supervisor:
         return [*leader, *command]
 
     def _start_reconciler(self) -> None:
+        """The reconciler and, beside it, the webhook dispatcher (a loop of its own: it wakes
+        every `webhook_poll_s`, far more often than the reconciler's passes)."""
         from service.jobs.reconciler import run_forever
         from service.settings import get_settings
+        from service.webhooks.dispatcher import run_forever as dispatch_forever
 
-        thread = threading.Thread(
-            target=run_forever, args=(get_settings(), self._stop), name="reconciler", daemon=True
-        )
-        thread.start()
+        settings = get_settings()
+        for name, loop in (("reconciler", run_forever), ("webhooks", dispatch_forever)):
+            thread = threading.Thread(
+                target=loop, args=(settings, self._stop), name=name, daemon=True
+            )
+            thread.start()
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

@@ -16,6 +16,7 @@ from celery import Celery
 from service.settings import Settings, get_settings
 
 TRAIN_TASK = "grpo.train_job"
+PREFLIGHT_TASK = "grpo.preflight"
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -57,6 +58,10 @@ def get_celery() -> Celery:
 
 def enqueue_training(job_id: str, queue: str = "gpu") -> None:
     get_celery().send_task(TRAIN_TASK, args=[job_id], queue=queue)
+
+
+def enqueue_preflight(preflight_id: str, queue: str = "gpu") -> None:
+    get_celery().send_task(PREFLIGHT_TASK, args=[preflight_id], queue=queue)
 
 
 # `celery -A service.worker worker` looks for this name.

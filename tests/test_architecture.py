@@ -36,6 +36,7 @@ def test_the_api_process_loads_no_torch() -> None:
     loaded = _loaded_after("import service.main")
     assert "fastapi" in loaded
     assert loaded.isdisjoint({"torch", "transformers", "peft", "safetensors", "trl"})
+    assert loaded.isdisjoint({"mlflow", "wandb", "tensorboard", "tensorboardX", "trackio"})
 
 
 def test_the_job_layer_loads_no_web_framework() -> None:

@@ -12,7 +12,11 @@ SPEC has the schema of `POST /v1/jobs`, with two differences:
 
 It calls the same `workers.grpo.trainer.train` as the worker, prints one JSON line per step to
 stdout (`{"step": k, **metrics}`), events as JSON lines on stderr, and writes checkpoints to
-`DIR/checkpoints/step-NNNNNN`.
+`DIR/checkpoints/step-NNNNNN` (with `keep_checkpoints`, only the newest N and the final one stay).
+Only periodic checkpoints can be resumed (`--resume-from`): the final one has no trainer state.
+With `--nproc N` (N > 1) the same run goes on N processes (`workers.grpo.launch`: PyTorch's
+elastic launcher, FSDP2; docs/distributed.md); process 0 prints the lines and writes the
+checkpoints, the figures being those of the whole batch.
 """
 
 from __future__ import annotations
@@ -35,12 +39,22 @@ class LocalSpecError(ValueError):
 
 
 def local_errors() -> tuple[type[Exception], ...]:
-    """Errors shown as one line by the CLI: bad spec, bad verifier config, no sandbox, no model."""
+    """Errors shown as one line by the CLI: bad spec, bad verifier config, no sandbox, no model,
+    a `--resume-from` without trainer state (a final checkpoint)."""
+    from workers.grpo.checkpoint import NotResumable
+    from workers.grpo.launch import WorldSizeError
     from workers.grpo.policy import ModelLoadError
     from workers.verifiers import VerifierConfigError
     from workers.verifiers.sandbox import SandboxUnavailableError
 
-    return (LocalSpecError, VerifierConfigError, SandboxUnavailableError, ModelLoadError)
+    return (
+        LocalSpecError,
+        VerifierConfigError,
+        SandboxUnavailableError,
+        ModelLoadError,
+        NotResumable,
+        WorldSizeError,
+    )
 
 
 @dataclass
@@ -148,11 +162,45 @@ def run_local(
     device: str | None = None,
     stdout: TextIO = sys.stdout,
     stderr: TextIO = sys.stderr,
+    nproc: int = 1,
 ) -> int:
-    """Train; one JSON line of metrics per step on `stdout`. Returns the steps completed."""
-    from workers.grpo.trainer import TrainHooks, train
-
+    """Train; one JSON line of metrics per step on `stdout`. Returns the steps completed.
+    With `nproc` > 1 the processes print on their own standard streams (process 0 alone)."""
     job = load_local_job(spec_path)
+    if nproc > 1:
+        from workers.grpo.launch import check_world, launch
+
+        check_world(job.spec, nproc)  # before any process starts
+        return launch(nproc, _rank, spec_path, out_dir, resume_from, device)[0]
+    return _train(job, out_dir, resume_from, device, stdout, stderr)
+
+
+def _rank(spec_path: Path, out_dir: Path, resume_from: Path | None, device: str | None) -> int:
+    """One of the launcher's processes: join the group, train; process 0 speaks."""
+    import torch.distributed as dist
+
+    from workers.grpo.launch import join, leave
+
+    device = join(device)
+    try:
+        job = load_local_job(spec_path)
+        if dist.get_rank() == 0:
+            return _train(job, out_dir, resume_from, device, sys.stdout, sys.stderr)
+        return _train(job, out_dir, resume_from, device, None, None)
+    finally:
+        leave()
+
+
+def _train(
+    job: LocalJob,
+    out_dir: Path,
+    resume_from: Path | None,
+    device: str | None,
+    stdout: TextIO | None,
+    stderr: TextIO | None,
+) -> int:
+    """The run in this process; metrics and events on `stdout` / `stderr` (None: silent)."""
+    from workers.grpo.trainer import TrainHooks, train
 
     def on_step(step: int, metrics: dict[str, float]) -> None:
         print(json.dumps({"step": step, **metrics}), file=stdout, flush=True)
@@ -161,7 +209,7 @@ def run_local(
         event = {"event": kind, "message": message, "data": data}
         print(json.dumps(event, default=str), file=stderr, flush=True)
 
-    hooks = TrainHooks(on_step=on_step, on_event=on_event)
+    hooks = TrainHooks(on_step=on_step, on_event=on_event) if stdout is not None else TrainHooks()
     with ExitStack() as stack:
         scorers = stack.enter_context(open_scorers(job.verifiers))
         eval_scorers = None

@@ -1,39 +1,58 @@
 """A short in-process cache of API key lookups: the hot path (status polling) then costs no
-database round trip for auth. A revoked key stops working within `auth_cache_s` seconds."""
+database round trip for auth. A revoked key stops working within `auth_cache_s` seconds.
+
+Only keys that authenticated are cached, least recently used evicted first past
+`auth_cache_entries`: a flood of invalid keys adds nothing, so it can neither evict the valid
+entries (each one a database lookup again) nor grow the cache. Invalid keys are paid for by
+the failed-auth throttle instead (`service/auth/throttle.py`). Touched on the event loop only.
+"""
 
 from __future__ import annotations
 
-import threading
 import time
+from collections import OrderedDict
 
 from fastapi.concurrency import run_in_threadpool
 
-from service.auth.service import authenticate, hash_key
+from service.auth.service import KeyIdentity, authenticate, hash_key
 from service.db import session_scope
 
-MAX_ENTRIES = 10_000
-
-_lock = threading.Lock()
-_entries: dict[str, tuple[float, str | None]] = {}
+# digest -> (expires at, identity), least recently used first
+_entries: OrderedDict[str, tuple[float, KeyIdentity]] = OrderedDict()
 
 
-def _lookup(secret: str) -> str | None:
+def _lookup(secret: str) -> KeyIdentity | None:
     with session_scope() as session:  # its own short transaction: last_used_at commits here
         return authenticate(session, secret)
 
 
-async def tenant_for_key(secret: str, ttl_s: float) -> str | None:
-    """The key's tenant id (None: unknown or revoked), from the cache when fresh."""
+def cached_key(secret: str, ttl_s: float) -> KeyIdentity | None:
+    """The key's identity if a fresh lookup of it is cached, else None (look it up)."""
     if ttl_s <= 0:
-        return await run_in_threadpool(_lookup, secret)
+        return None
     digest = hash_key(secret)
-    now = time.monotonic()
     hit = _entries.get(digest)
-    if hit is not None and hit[0] > now:
-        return hit[1]
-    tenant_id = await run_in_threadpool(_lookup, secret)
-    with _lock:
-        if len(_entries) >= MAX_ENTRIES:
-            _entries.clear()
-        _entries[digest] = (now + ttl_s, tenant_id)
-    return tenant_id
+    if hit is None:
+        return None
+    if hit[0] <= time.monotonic():
+        del _entries[digest]
+        return None
+    _entries.move_to_end(digest)
+    return hit[1]
+
+
+async def lookup(secret: str, ttl_s: float, max_entries: int) -> KeyIdentity | None:
+    """Look the key up in the database (None: unknown or revoked); cache it if valid."""
+    identity = await run_in_threadpool(_lookup, secret)
+    if identity is not None and ttl_s > 0:
+        digest = hash_key(secret)
+        _entries[digest] = (time.monotonic() + ttl_s, identity)
+        _entries.move_to_end(digest)
+        while len(_entries) > max_entries:
+            _entries.popitem(last=False)
+    return identity
+
+
+async def key_for_secret(secret: str, ttl_s: float, max_entries: int) -> KeyIdentity | None:
+    """The key's identity (None: unknown or revoked), from the cache when fresh."""
+    return cached_key(secret, ttl_s) or await lookup(secret, ttl_s, max_entries)

@@ -1,4 +1,5 @@
-"""Checkpoints: list them, and download one streamed to disk, resumable, sha256-checked.
+"""Checkpoints: list them, delete one, and download one streamed to disk, resumable,
+sha256-checked.
 
 A download writes `<dest>.part` first. If a `.part` is already there (an interrupted earlier
 download) it asks for the rest with `Range: bytes=N-`; a 206 answer appends, a 200 (a server
@@ -43,6 +44,12 @@ class Checkpoints:
                 return ckpt
         steps = ", ".join(str(c.step) for c in sorted(ckpts, key=lambda c: c.step))
         raise ApiError(404, _missing(f"job {job_id} has no checkpoint at step {step} ({steps})"))
+
+    def delete(self, job_id: str, step: int | str) -> None:
+        """Delete the checkpoint at `step` (a number or "latest"): its row, then its archive.
+        ApiError 404 if there is none, 409 while it is the latest of a live job (its resume
+        point) or the base model of a live job."""
+        self._t.request("DELETE", f"/v1/jobs/{job_id}/checkpoints/{step}")
 
     def download(
         self,

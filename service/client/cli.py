@@ -15,6 +15,9 @@ from rich.text import Text
 
 from service.client import (
     cli_jobs,  # noqa: F401  (registers the jobs and checkpoints commands)
+    cli_rollouts,  # noqa: F401  (registers `grpo jobs rollouts`)
+    cli_usage,  # noqa: F401  (registers `grpo usage`, `grpo jobs estimate`)
+    cli_webhooks,  # noqa: F401  (registers `grpo webhooks`)
     config,
 )
 from service.client.cli_base import (
@@ -37,6 +40,35 @@ from service.client.client import Client
 from service.client.errors import ApiError, ClientError, ConnectionFailed
 
 # ---- login ---------------------------------------------------------------------------------
+
+
+@app.command()
+def logout(as_json: JsonOpt = False) -> None:
+    """Forget the stored URL and key (the file `grpo login` wrote)."""
+    path = config.config_path()
+    removed = path.exists()
+    path.unlink(missing_ok=True)
+    emit(
+        {"config": str(path), "removed": removed},
+        as_json,
+        lambda v: err.print(f"logged out (removed {v['config']})" if removed else "not logged in"),
+    )
+
+
+@app.command()
+def whoami(as_json: JsonOpt = False) -> None:
+    """Which server, which tenant, which key (and where the key came from)."""
+    profile = config.resolve(options["url"], options["api_key"])
+    with client() as grpo:
+        me = grpo.me()
+    value = {"url": profile.url, "key_source": profile.source, **me}
+    source = {"option": "--api-key", "env": "GRPO_API_KEY", "file": str(config.config_path())}
+
+    def render(v: dict[str, Any]) -> None:
+        out.print(f"tenant {v['tenant']} ({v['tenant_id']}) at {v['url']}")
+        out.print(f"key {v['key']['prefix']}… from {source.get(v['key_source'], v['key_source'])}")
+
+    emit(value, as_json, render)
 
 
 @app.command()

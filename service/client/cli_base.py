@@ -25,7 +25,7 @@ app = typer.Typer(
 verifiers_app = typer.Typer(no_args_is_help=True, help="Register and test reward functions.")
 datasets_app = typer.Typer(no_args_is_help=True, help="Upload and list prompt datasets.")
 jobs_app = typer.Typer(no_args_is_help=True, help="Submit, follow and cancel training jobs.")
-checkpoints_app = typer.Typer(no_args_is_help=True, help="List and download checkpoints.")
+checkpoints_app = typer.Typer(no_args_is_help=True, help="List, download and delete checkpoints.")
 app.add_typer(verifiers_app, name="verifiers")
 app.add_typer(datasets_app, name="datasets")
 app.add_typer(jobs_app, name="jobs")
@@ -46,10 +46,22 @@ class BadInput(ClientError):
     """A local file or argument the CLI cannot use (exit 2)."""
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        out.print(f"grpo {version('grpo-service')}")
+        raise typer.Exit()
+
+
 @app.callback()
 def root(
     url: Annotated[str | None, typer.Option(help="API base URL (env GRPO_URL).")] = None,
     api_key: Annotated[str | None, typer.Option(help="API key (env GRPO_API_KEY).")] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print it."),
+    ] = False,
 ) -> None:
     options.update(url=url, api_key=api_key)
 
@@ -86,7 +98,9 @@ def _plain(value: Any) -> Any:
 
 
 def table(columns: list[str], rows: list[list[Any]]) -> Table:
-    table = Table(*columns, box=None, header_style="bold")
+    table = Table(box=None, header_style="bold")
+    for name in columns:  # ids are copied into the next command: never cut or wrapped
+        table.add_column(name, no_wrap=name == "id", min_width=len(name))
     for row in rows:
         table.add_row(*("" if v is None else str(v) for v in row))
     return table

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -27,6 +28,7 @@ from service.client.cli_base import (
     out,
     table,
 )
+from service.client.cli_preflight import preflight_or_stop
 from service.client.models import JobOut
 from service.client.watch import watch
 
@@ -53,11 +55,31 @@ def _finish(job: JobOut) -> None:
 def jobs_create(
     file: ExistingFile,
     follow: Annotated[bool, typer.Option("--watch", help="Then watch it to the end.")] = False,
+    preflight: Annotated[
+        bool, typer.Option("--preflight", help="Pre-flight it first (docs/preflight.md).")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Submit even on a fatal pre-flight warning.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Submit a job from a YAML or JSON spec."""
+    """Submit a job from a YAML or JSON spec, for example:
+
+    \b
+        name: digits-run-1
+        base_model: tiny              # GET /v1/models (grpo-service models add ...)
+        dataset: digits               # an id (ds_...) or the name of one of your datasets
+        verifiers: [{name: digits}]   # pinned to the latest version at submission
+        grpo: {steps: 30, prompts_per_step: 2, group_size: 8, learning_rate: 0.002}
+        generation: {max_new_tokens: 16}
+        checkpoint_every: 10
+        lora: null                    # or {r: 16, alpha: 32}
+
+    Every field and its default: docs/api.md#job-spec."""
     spec = load_spec(file)
     with client() as grpo:
+        if preflight:  # its report on stderr: stdout stays the job (--json)
+            preflight_or_stop(grpo, spec, force, Console(stderr=True, highlight=False))
         job = grpo.jobs.create(spec)
         emit(job, as_json, lambda j: out.print(f"submitted {_job_line(j)}"))
         if follow:
@@ -84,11 +106,25 @@ def jobs_list(
             (j.latest_metrics or {}).get("reward_mean"),
             f"{j.created_at:%Y-%m-%d %H:%M}",
             j.spec.get("base_model"),
+            j.spec.get("name"),
         ]
         for j in page.data
     ]
-    columns = ["id", "status", "step", "reward", "created", "model"]
+    columns = ["id", "status", "step", "reward", "created", "model", "name"]
     emit(page, as_json, lambda _: out.print(table(columns, rows)))
+
+
+@jobs_app.command("events")
+def jobs_events(
+    job_id: JobArg,
+    after: Annotated[int, typer.Option(min=0, help="Only events after this id.")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """A job's events: status changes, checkpoints, warnings."""
+    with client() as grpo:
+        events = grpo.jobs.events(job_id, after=after)
+    rows = [[e.id, f"{e.at:%Y-%m-%d %H:%M:%S}", e.type, e.message] for e in events]
+    emit(events, as_json, lambda _: out.print(table(["id", "at", "type", "message"], rows)))
 
 
 @jobs_app.command("get")
@@ -126,6 +162,53 @@ def jobs_cancel(job_id: JobArg, as_json: JsonOpt = False) -> None:
     emit(job, as_json, lambda j: out.print(_job_line(j)))
 
 
+@jobs_app.command("pause")
+def jobs_pause(job_id: JobArg, as_json: JsonOpt = False) -> None:
+    """Pause a job: a running one checkpoints at its next step and frees its device."""
+    with client() as grpo:
+        job = grpo.jobs.pause(job_id)
+    emit(job, as_json, lambda j: out.print(_job_line(j)))
+
+
+@jobs_app.command("resume")
+def jobs_resume(job_id: JobArg, as_json: JsonOpt = False) -> None:
+    """Queue a paused job again; it continues from the checkpoint its pause saved."""
+    with client() as grpo:
+        job = grpo.jobs.resume(job_id)
+    emit(job, as_json, lambda j: out.print(_job_line(j)))
+
+
+@jobs_app.command("fork")
+def jobs_fork(
+    job_id: JobArg,
+    step: StepOpt = "latest",
+    overrides: Annotated[
+        Path | None,
+        typer.Option(
+            "--overrides",
+            exists=True,
+            dir_okay=False,
+            help="YAML or JSON of the spec fields to change, e.g. {grpo: {learning_rate: 5e-6}}.",
+        ),
+    ] = None,
+    lr: Annotated[float | None, typer.Option("--lr", help="Set grpo.learning_rate.")] = None,
+    beta: Annotated[float | None, typer.Option(help="Set grpo.beta.")] = None,
+    steps: Annotated[int | None, typer.Option(help="Set grpo.steps.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A new job from this job's checkpoint at --step, some knobs changed (docs/lifecycle.md)."""
+    changes = load_spec(overrides) if overrides else {}
+    grpo_changes = {"learning_rate": lr, "beta": beta, "steps": steps}
+    if any(v is not None for v in grpo_changes.values()):
+        changes["grpo"] = {
+            **changes.get("grpo", {}),
+            **{k: v for k, v in grpo_changes.items() if v is not None},
+        }
+    with client() as grpo:
+        job = grpo.jobs.fork(job_id, int(step) if step.isdigit() else step, changes)
+    emit(job, as_json, lambda j: out.print(f"forked {_job_line(j)}"))
+
+
 @jobs_app.command("metrics")
 def jobs_metrics(
     job_id: JobArg,
@@ -139,6 +222,26 @@ def jobs_metrics(
     keys += ["step_seconds"]
     table_rows = [[_num(r.get(k)) for k in keys] for r in rows]
     emit(rows, as_json, lambda _: out.print(table(keys, table_rows)))
+
+
+@jobs_app.command("report")
+def jobs_report(
+    job_id: JobArg,
+    output: Annotated[Path, typer.Option("--out", help="The HTML file to write.")] = Path(
+        "report.html"
+    ),
+    as_json: JsonOpt = False,
+) -> None:
+    """Write one self-contained HTML report of a job: curves, samples, spec, verifiers,
+    checkpoints, events (open it in any browser; it loads nothing from the network)."""
+    from service.client.report import build_report
+
+    with client() as grpo:
+        html = build_report(grpo, job_id)
+    output.write_text(html, encoding="utf-8")
+    emit(
+        {"job": job_id, "report": str(output)}, as_json, lambda v: err.print(f"wrote {v['report']}")
+    )
 
 
 def _num(value: object) -> object:
@@ -165,6 +268,9 @@ def checkpoints_download(
     out_path: Annotated[
         str | None, typer.Option("--out", help="File, or folder for <job>-step-<n>.tar.")
     ] = None,
+    extract: Annotated[
+        bool, typer.Option(help="Unpack it next to the tar (a folder from_pretrained loads).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Download a checkpoint tar (resumable; its sha256 is checked)."""
@@ -190,4 +296,32 @@ def checkpoints_download(
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
             )
     result = {"path": str(path), "step": ckpt.step, "sha256": ckpt.sha256, "bytes": ckpt.size_bytes}
-    emit(result, as_json, lambda r: out.print(f"{r['path']}  sha256 {r['sha256']} ok"))
+    if extract:
+        result["extracted"] = str(_extract(path))
+    shown = result.get("extracted", result["path"])
+    emit(result, as_json, lambda r: out.print(f"{shown}  sha256 {r['sha256']} ok"))
+
+
+def _extract(archive: Path) -> Path:
+    """Unpack next to the archive (`x.tar` -> `x/`); the tar's members stay inside it."""
+    import tarfile
+
+    folder = archive.with_suffix("")
+    with tarfile.open(archive) as tar:
+        tar.extractall(folder, filter="data")  # no absolute paths, links or devices
+    return folder
+
+
+@checkpoints_app.command("delete")
+def checkpoints_delete(
+    job_id: JobArg,
+    step: Annotated[str, typer.Option(help="A step number, or latest (no default).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete a checkpoint (refused while a live job resumes or starts from it)."""
+    if step != "latest" and not step.isdigit():
+        raise typer.BadParameter("a step number or 'latest'", param_hint="--step")
+    with client() as grpo:
+        grpo.checkpoints.delete(job_id, step)
+    result = {"job_id": job_id, "step": step, "deleted": True}
+    emit(result, as_json, lambda r: out.print(f"deleted checkpoint {r['step']} of {r['job_id']}"))

@@ -18,16 +18,22 @@ from typing import Any
 import httpx
 
 from service.client.checkpoints import Checkpoints
+from service.client.config import resolve
 from service.client.jobs import Jobs
 from service.client.resources import Datasets, Verifiers
 from service.client.transport import Transport
+from service.client.usage import Usage
+from service.client.webhooks import Webhooks
 
 
 class Client:
+    """The whole v1 API. `Client()` finds the server and key as the `grpo` CLI does: the
+    arguments, else GRPO_URL / GRPO_API_KEY, else the profile `grpo login` saved."""
+
     def __init__(
         self,
-        base_url: str,
-        api_key: str | None,
+        base_url: str | None = None,
+        api_key: str | None = None,
         *,
         timeout: float = 30.0,
         max_retries: int = 4,
@@ -35,9 +41,10 @@ class Client:
         max_backoff: float = 30.0,
         http: httpx.Client | None = None,
     ) -> None:
+        profile = resolve(base_url, api_key)
         self.transport = Transport(
-            base_url,
-            api_key,
+            profile.url,
+            profile.api_key,
             timeout=timeout,
             max_retries=max_retries,
             backoff=backoff,
@@ -48,10 +55,16 @@ class Client:
         self.datasets = Datasets(self.transport)
         self.jobs = Jobs(self.transport)
         self.checkpoints = Checkpoints(self.transport)
+        self.webhooks = Webhooks(self.transport)
+        self.usage = Usage(self.transport)
 
     @property
     def base_url(self) -> str:
         return self.transport.base_url
+
+    def me(self) -> dict[str, Any]:
+        """`GET /v1/me`: the tenant this key belongs to, and the key's prefix and dates."""
+        return self.transport.json("GET", "/v1/me")
 
     def health(self) -> dict[str, Any]:
         """`GET /readyz`: whether database, broker and storage are reachable."""

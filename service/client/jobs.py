@@ -1,14 +1,18 @@
-"""Jobs: submit, read, cancel, and wait for the end (SSE, falling back to polling)."""
+"""Jobs: submit, read, cancel, pause, resume, fork, and wait for the end (SSE, falling back to
+polling)."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from service.client.errors import ApiError, ClientError, ConnectionFailed
 from service.client.models import FINAL_STATUSES, EventOut, JobCreate, JobOut, Page
+from service.client.preflight import PreflightOut, run_preflight
+from service.client.rollouts import RolloutPage, download_rollouts, list_rollouts
 from service.client.sse import parse_sse
 from service.client.transport import Transport
 
@@ -24,19 +28,47 @@ class Jobs:
         self._t = transport
 
     def create(
-        self, spec: JobCreate | Mapping[str, Any], *, idempotency_key: str | None = None
+        self,
+        spec: JobCreate | Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        **fields: Any,
     ) -> JobOut:
-        """Submit a job; `spec` is a JobCreate or the JSON body as a mapping (the server
-        validates it, so its errors list every bad field)."""
-        body = (
-            spec.model_dump(mode="json", exclude_unset=True)
-            if isinstance(spec, JobCreate)
-            else dict(spec)
-        )
+        """Submit a job: `spec` is a JobCreate or the JSON body as a mapping, or the fields
+        come as keywords (`create(base_model="tiny", dataset=ds.id, verifiers=[...])`); the
+        server validates it, so its errors list every bad field."""
+        if isinstance(spec, JobCreate):
+            body = spec.model_dump(mode="json", exclude_unset=True)
+        else:
+            body = dict(spec or {})
+        body |= fields
         data = self._t.json(
             "POST", "/v1/jobs", json=body, creates=True, idempotency_key=idempotency_key
         )
         return JobOut.model_validate(data)
+
+    def preflight(
+        self,
+        spec: JobCreate | Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = 900.0,
+        poll_interval: float = 2.0,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> PreflightOut:
+        """Pre-flight a job spec (the body of `create`; docs/preflight.md): one real GRPO step
+        on a few prompts on a worker, no job created. Returns once it has finished: `status`
+        `succeeded` with the figures and `warnings` (`fatal` ones doom the run), or `failed`
+        with `error`."""
+        if isinstance(spec, JobCreate):
+            body = spec.model_dump(mode="json", exclude_unset=True)
+        else:
+            body = dict(spec or {})
+        body |= fields
+        return run_preflight(
+            self._t, body, timeout=timeout, poll_interval=poll_interval,
+            idempotency_key=idempotency_key,
+        )  # fmt: skip
 
     def get(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._t.json("GET", f"/v1/jobs/{job_id}"))
@@ -44,12 +76,41 @@ class Jobs:
     def list(
         self, *, status: str | None = None, limit: int = 20, after: str | None = None
     ) -> Page[JobOut]:
+        """One page of jobs, newest first (`.data`, `.has_more`, `.next`); iterating it
+        walks every later page too: `for job in grpo.jobs.list(status="running"): ...`."""
         params = {k: v for k, v in {"status": status, "after": after}.items() if v}
         data = self._t.json("GET", "/v1/jobs", params={"limit": limit, **params})
-        return Page[JobOut].model_validate(data)
+        page = Page[JobOut].model_validate(data)
+        return page.with_fetcher(lambda nxt: self.list(status=status, limit=limit, after=nxt))
 
     def cancel(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._t.json("POST", f"/v1/jobs/{job_id}/cancel"))
+
+    def pause(self, job_id: str) -> JobOut:
+        """Pause: a queued job at once, a running one after a checkpoint at its next step
+        (`pausing`, then `paused`: its device is free)."""
+        return JobOut.model_validate(self._t.json("POST", f"/v1/jobs/{job_id}/pause"))
+
+    def resume(self, job_id: str) -> JobOut:
+        """Queue a paused job again; it continues from the checkpoint its pause saved."""
+        return JobOut.model_validate(self._t.json("POST", f"/v1/jobs/{job_id}/resume"))
+
+    def fork(
+        self,
+        job_id: str,
+        step: int | str = "latest",
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> JobOut:
+        """A new job continuing this one from its checkpoint at `step` (or `latest`), with
+        `overrides` deep-merged into its spec: `{"grpo": {"learning_rate": 5e-6}}`."""
+        body = {"step": step, "overrides": dict(overrides or {})}
+        data = self._t.json(
+            "POST", f"/v1/jobs/{job_id}/fork", json=body, creates=True,
+            idempotency_key=idempotency_key,
+        )  # fmt: skip
+        return JobOut.model_validate(data)
 
     def metrics(self, job_id: str, after_step: int = 0) -> list[dict[str, Any]]:
         """One row `{step, ...metrics}` per completed step after `after_step`."""
@@ -59,6 +120,31 @@ class Jobs:
     def events(self, job_id: str, after: int = 0) -> list[EventOut]:
         data = self._t.json("GET", f"/v1/jobs/{job_id}/events", params={"after": after})
         return [EventOut.model_validate(e) for e in data["data"]]
+
+    def rollouts(
+        self,
+        job_id: str,
+        *,
+        step: int | None = None,
+        split: str | None = None,
+        record: int | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        verifier_error: bool | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> RolloutPage:
+        """The completions the job sampled, by step, train before eval, group, index: one page
+        (`.data`, `.has_more`, `.next`); iterating it walks every later page, and
+        `.to_pandas()` makes a DataFrame of them all."""
+        return list_rollouts(
+            self._t, job_id, limit=limit, after=after, step=step, split=split, record=record,
+            min_reward=min_reward, max_reward=max_reward, verifier_error=verifier_error,
+        )  # fmt: skip
+
+    def download_rollouts(self, job_id: str, path: str | Path, *, split: str | None = None) -> Path:
+        """Every stored rollout of the job as one Parquet file at `path`."""
+        return download_rollouts(self._t, job_id, path, split)
 
     def wait(
         self,

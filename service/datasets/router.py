@@ -2,20 +2,19 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from pydantic import ValidationError
 from sqlalchemy import select
 from starlette.datastructures import UploadFile
 
 from service.datasets import service
-from service.datasets.records import parse_jsonl, validate_records
+from service.datasets.builder import BuiltDataset, from_json_body, from_jsonl
 from service.datasets.schemas import DatasetCreate, DatasetOut
 from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
-from service.idempotency import Idempotent, IdempotentRoute
+from service.idempotency import Idempotent, IdempotentRoute, reads_its_body
 from service.models import Dataset
 from service.openapi import problems
 from service.pagination import Page, PageDep, paginate
-from service.problems import FieldError, invalid, json_path
-from service.text import unstorable_text
+from service.problems import FieldError, invalid
+from service.settings import Settings
 
 router = APIRouter(
     prefix="/v1/datasets",
@@ -44,10 +43,9 @@ _UPLOAD_BODY: dict[str, Any] = {
 }
 
 
-async def _read_upload(
-    request: Request, max_records: int, max_line_bytes: int
-) -> tuple[str, list[dict[str, Any]]]:
-    """Name and records from either a JSON body or a multipart JSONL upload."""
+async def _read_upload(request: Request, settings: Settings) -> tuple[str, BuiltDataset]:
+    """Name and canonical records from a JSON body or a multipart JSONL upload, parsed off
+    the event loop a record at a time (`builder`)."""
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
         form = await request.form()
@@ -60,26 +58,15 @@ async def _read_upload(
         if errors:
             raise invalid(errors)
         data = await upload.read()
-        records, errors = parse_jsonl(data, max_records, max_line_bytes)
-        if not errors and (error := unstorable_text(records, "$.file")) is not None:
-            errors = [error]
-        if errors:
-            raise invalid(errors)
-        return str(name), records
-    try:
-        body = DatasetCreate.model_validate(await request.json())  # parsed once, cached
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, pydantic's error
-        if isinstance(exc, ValidationError):
-            raise invalid(
-                [FieldError(path=json_path(e["loc"]), message=e["msg"]) for e in exc.errors()]
-            ) from exc
-        raise invalid([FieldError(path="$", message=f"invalid JSON: {exc}")]) from exc
-    if len(body.records) > max_records:
-        raise invalid([FieldError(path="$.records", message=f"more than {max_records} records")])
-    errors = validate_records(body.records)
-    if errors:
-        raise invalid(errors)
-    return body.name, body.records
+        built = await run_in_threadpool(
+            from_jsonl, data, settings.max_dataset_records, settings.max_dataset_line_bytes
+        )
+    else:
+        data = await request.body()
+        name, built = await run_in_threadpool(from_json_body, data, settings.max_dataset_records)
+    if built.errors:
+        raise invalid(built.errors)
+    return str(name), built
 
 
 @router.post(
@@ -90,6 +77,7 @@ async def _read_upload(
     dependencies=[Idempotent],
     responses=problems(409, 413),
 )
+@reads_its_body
 async def create_dataset(
     request: Request,
     session: SessionDep,
@@ -97,17 +85,9 @@ async def create_dataset(
     storage: StorageDep,
     settings: SettingsDep,
 ) -> DatasetOut:
-    name, records = await _read_upload(
-        request, settings.max_dataset_records, settings.max_dataset_line_bytes
-    )
+    name, built = await _read_upload(request, settings)
     row = await run_in_threadpool(
-        service.create_dataset,
-        session,
-        storage,
-        tenant,
-        name,
-        records,
-        settings.max_dataset_records,
+        service.create_dataset, session, storage, settings, tenant, name, built
     )
     return DatasetOut.model_validate(row, from_attributes=True)
 

@@ -3,30 +3,30 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
-from service.datasets.records import to_jsonl
+from service.datasets.builder import BuiltDataset
 from service.ids import new_id
-from service.models import LIVE_STATUSES, Dataset, Job
+from service.models import UNFINISHED_STATUSES, Dataset, Job
 from service.models.base import utcnow
-from service.problems import FieldError, conflict, invalid, not_found
+from service.problems import conflict, not_found
+from service.quotas import check_dataset_quota
+from service.settings import Settings
 from service.storage import ObjectStorage
 
 
 def create_dataset(
     session: Session,
     storage: ObjectStorage,
+    settings: Settings,
     tenant_id: str,
     name: str,
-    records: list[dict[str, Any]],
-    max_records: int,
+    built: BuiltDataset,
 ) -> Dataset:
-    if len(records) > max_records:
-        raise invalid([FieldError(path="$.records", message=f"more than {max_records} records")])
-    data = to_jsonl(records)
+    check_dataset_quota(session, settings, tenant_id, len(built.data))
+    data = bytes(built.data)
     dataset_id = new_id("ds")
     key = f"tenants/{tenant_id}/datasets/{dataset_id}.jsonl"
     # The object is in place before the row that points at it is committed.
@@ -35,9 +35,11 @@ def create_dataset(
         id=dataset_id,
         tenant_id=tenant_id,
         name=name,
-        num_records=len(records),
+        num_records=built.num_records,
         sha256=hashlib.sha256(data).hexdigest(),
         object_key=key,
+        size_bytes=len(data),
+        prompt_stats={"chat": built.chat},
     )
     session.add(row)
     session.flush()
@@ -51,16 +53,42 @@ _LIVE = (
     Dataset.deleted_at.is_(None),
 )
 _FIND = select(Dataset).where(*_LIVE)
-_EXISTS = select(Dataset.id).where(*_LIVE)
 
 
 def find_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset | None:
     return session.scalar(_FIND, {"id": dataset_id, "tenant": tenant_id})
 
 
-def dataset_exists(session: Session, tenant_id: str, dataset_id: str) -> bool:
-    """As `find_dataset(...) is not None`, reading just the id (job submission's hot path)."""
-    return session.execute(_EXISTS, {"id": dataset_id, "tenant": tenant_id}).first() is not None
+def find_dataset_by_reference(
+    session: Session, tenant_id: str, reference: str
+) -> tuple[Dataset | None, str | None]:
+    """A dataset named by id, or by name when exactly one live dataset of the tenant has it;
+    otherwise None and why."""
+    if reference.startswith("ds_"):
+        row = find_dataset(session, tenant_id, reference)
+        return row, None if row else f"no dataset '{reference}'"
+    rows = list(
+        session.scalars(
+            select(Dataset)
+            .where(
+                Dataset.tenant_id == tenant_id,
+                Dataset.name == reference,
+                Dataset.deleted_at.is_(None),
+            )
+            .order_by(Dataset.id)
+            .limit(6)
+        )
+    )
+    if len(rows) == 1:
+        return rows[0], None
+    if not rows:
+        return None, f"no dataset '{reference}'"
+    ids = ", ".join(r.id for r in rows[:5])
+    return (
+        None,
+        f"{len(rows) if len(rows) < 6 else 'more than 5'} datasets are named "
+        f"'{reference}' ({ids}): use an id",
+    )
 
 
 def get_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:
@@ -76,7 +104,7 @@ def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> None:
         select(Job.id)
         .where(
             (Job.dataset_id == dataset_id) | (Job.eval_dataset_id == dataset_id),
-            Job.status.in_(LIVE_STATUSES),
+            Job.status.in_(UNFINISHED_STATUSES),  # a paused job trains again
         )
         .limit(1)
     )

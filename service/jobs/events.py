@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
@@ -43,16 +43,27 @@ def sse_frame(event: dict[str, Any]) -> str:
 
 
 async def stream_events(
-    job_id: str, after: int, keepalive_s: float = KEEPALIVE_SECONDS
+    job_id: str,
+    after: int,
+    keepalive_s: float = KEEPALIVE_SECONDS,
+    authorized: Callable[[], Awaitable[bool]] | None = None,
 ) -> AsyncIterator[str]:
     """SSE frames from event `after` on, until the job is final and every event is sent.
 
     Each frame's `id` is the event id, so a client resumes with `Last-Event-ID`. A comment
-    line keeps idle connections (and proxies) alive every `keepalive_s`.
+    line keeps idle connections (and proxies) alive every `keepalive_s`. Every `keepalive_s`
+    the stream also asks `authorized` whether its API key is still valid and ends when it is
+    not: a stream can last for hours, and a revoked key must stop reading (a reconnect then
+    gets the 401).
     """
     yield f"retry: {RETRY_MS}\n\n"
-    last_write = time.monotonic()
+    last_write = last_check = time.monotonic()
     while True:
+        if authorized is not None and time.monotonic() - last_check >= keepalive_s:
+            if not await authorized():
+                yield ": the API key was revoked\n\n"
+                return
+            last_check = time.monotonic()
         events, final = await run_in_threadpool(_fetch, job_id, after)
         for event in events:
             after = event["id"]

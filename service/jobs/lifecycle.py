@@ -2,32 +2,50 @@
 
     create   -> queued                                  (the API, on submission)
     claim    queued | running with an expired lease -> running, epoch + 1, lease_until = now+ttl
-    renew    lease_until = now+ttl WHERE epoch = mine   (the heartbeat; returns the status)
-    fence    every write of a run first renews WHERE epoch = mine; zero rows -> LeaseLost
-    finish   running | cancelling -> succeeded | failed | cancelled, WHERE epoch = mine
+    renew    lease_until = now+ttl WHERE epoch = mine   (the watchdog, outside the training
+             process, while it makes progress; returns the status)
+    fence    every write of a run first checks WHERE epoch = mine; zero rows -> LeaseLost
+    finish   running | cancelling | pausing -> succeeded | failed | cancelled, WHERE epoch = mine
     release  running -> queued WHERE epoch = mine       (graceful shutdown: hand the job back)
-    cancel   queued -> cancelled; running -> cancelling (the API; the run stops at a step)
-    expire   running | cancelling with an expired lease -> queued | failed | cancelled
+    end      running -> queued | failed, cancelling -> cancelled, pausing -> paused, WHERE
+             epoch = mine (the watchdog killed the training process, or it died)
+    cancel   queued | paused -> cancelled; running | pausing -> cancelling (the API; the run
+             stops at a step)
+    pause    queued -> paused; running -> pausing (the API, or a budget: request_pause)
+    paused   pausing -> paused WHERE epoch = mine       (the run checkpointed at a step boundary
+             and stopped: pause_attempt; no lease, no worker)
+    resume   paused -> queued (the API; the next claim resumes from the last checkpoint)
+    expire   running | cancelling | pausing with an expired lease -> queued | failed |
+             cancelled | paused
     requeue  queued, its broker message lost -> queued again (enqueued_at moves on)
 
+The same as a drawing: docs/lifecycle.md.
+
+A run's other writes (steps, checkpoints and their pruning, rollouts, events) are fenced the same
+way.
+
 The row is the truth, the broker message only a wake-up: whoever calls a transition that
-makes a job runnable (create, release, expire, requeue) enqueues it after the commit. Every
-change is a conditional UPDATE, so many workers, reconcilers and API replicas may race on one
-job and exactly one wins. No web framework here: the API, the worker and the reconciler share it.
+makes a job runnable (create, release, expire, requeue, resume) enqueues it after the commit.
+Every change is a conditional UPDATE, so many workers, reconcilers and API replicas may race on
+one job and exactly one wins. No web framework here: the API, the worker and the reconciler
+share it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from service.models import FINAL_STATUSES, Checkpoint, Job, JobEvent, JobMetric
+from service.models import FINAL_STATUSES, Checkpoint, Job, JobEvent, JobMetric, RolloutFile
 from service.models.base import utcnow
+from service.webhooks import outbox  # noqa: F401  (adds each event's webhook deliveries)
 
-ACTIVE = ("running", "cancelling")
+# Statuses that hold a lease: a run writes (fenced by its epoch) only while its job is in one.
+ACTIVE = ("running", "cancelling", "pausing")
 
 
 class LeaseLost(RuntimeError):
@@ -36,6 +54,10 @@ class LeaseLost(RuntimeError):
 
 class AlreadyFinal(RuntimeError):
     """The job has reached a final status; nothing moves it any more."""
+
+
+class WrongStatus(RuntimeError):
+    """The transition does not apply to the job's status (resume a job that is not paused)."""
 
 
 def add_event(
@@ -77,8 +99,9 @@ def claim(session: Session, job_id: str, lease_seconds: float, worker: str = "")
 
 
 def renew(session: Session, job_id: str, epoch: int, lease_seconds: float) -> str:
-    """Extend this run's lease (the heartbeat); returns the job's status (`cancelling` asks the
-    run to stop). Raises LeaseLost when the run no longer holds the job."""
+    """Extend this run's lease (the heartbeat, sent by the watchdog from outside the training
+    process); returns the job's status (`cancelling` asks the run to stop). Raises LeaseLost
+    when the run no longer holds the job."""
     status = session.scalar(
         update(Job)
         .where(Job.id == job_id, Job.epoch == epoch, Job.status.in_(ACTIVE))
@@ -90,15 +113,24 @@ def renew(session: Session, job_id: str, epoch: int, lease_seconds: float) -> st
     return status
 
 
-# A fenced write renews the lease as the first write of its transaction: a run that lost the job
-# stops there, before writing anything.
-fence = renew
+def fence(session: Session, job_id: str, epoch: int) -> str:
+    """The first statement of every write of a run: a run that lost the job stops here, before
+    writing anything (LeaseLost). It touches the row (a no-op UPDATE), so the check holds the
+    row's lock to the commit, but it does not extend the lease: only the watchdog renews it, and
+    only while the training process makes progress. Returns the job's status."""
+    status = session.scalar(
+        update(Job)
+        .where(Job.id == job_id, Job.epoch == epoch, Job.status.in_(ACTIVE))
+        .values(epoch=Job.epoch)
+        .returning(Job.status)
+    )
+    if status is None:
+        raise LeaseLost(f"job {job_id} epoch {epoch} no longer holds the lease")
+    return status
 
 
-def record_step(
-    session: Session, job_id: str, epoch: int, lease_seconds: float, step: int, metrics: dict
-) -> None:
-    fence(session, job_id, epoch, lease_seconds)
+def record_step(session: Session, job_id: str, epoch: int, step: int, metrics: dict) -> None:
+    fence(session, job_id, epoch)
     session.merge(JobMetric(job_id=job_id, step=step, epoch=epoch, metrics=metrics))
     session.execute(
         update(Job)
@@ -108,13 +140,18 @@ def record_step(
 
 
 def record_checkpoint(
-    session: Session, job_id: str, epoch: int, lease_seconds: float, checkpoint: Checkpoint
-) -> None:
-    fence(session, job_id, epoch, lease_seconds)
+    session: Session, job_id: str, epoch: int, checkpoint: Checkpoint
+) -> str | None:
+    """Point the job at a new, uploaded checkpoint. Returns the object key of the row it
+    replaced (the same step, saved by an earlier attempt), for the caller to delete from storage
+    once this has committed."""
+    fence(session, job_id, epoch)
     existing = session.scalar(
         select(Checkpoint).where(Checkpoint.job_id == job_id, Checkpoint.step == checkpoint.step)
     )
+    replaced = None
     if existing is not None:
+        replaced = existing.object_key if existing.object_key != checkpoint.object_key else None
         session.delete(existing)
         session.flush()
     session.add(checkpoint)
@@ -125,6 +162,66 @@ def record_checkpoint(
         f"checkpoint at step {checkpoint.step}",
         {"step": checkpoint.step, "sha256": checkpoint.sha256, "size_bytes": checkpoint.size_bytes},
     )
+    return replaced
+
+
+def record_rollouts(session: Session, job_id: str, epoch: int, file: RolloutFile) -> str | None:
+    """Point the job at a step's uploaded rollouts (one split). Returns the object key of the row
+    it replaced (the same step, redone after a resume), for the caller to delete from storage
+    once this has committed. A run that lost its lease raises LeaseLost here and adds nothing."""
+    fence(session, job_id, epoch)
+    existing = session.scalar(
+        select(RolloutFile).where(
+            RolloutFile.job_id == job_id,
+            RolloutFile.split == file.split,
+            RolloutFile.step == file.step,
+        )
+    )
+    replaced = None
+    if existing is not None:
+        replaced = existing.object_key if existing.object_key != file.object_key else None
+        session.delete(existing)
+        session.flush()  # the unique (job, split, step) row goes before its successor comes
+    session.add(file)
+    return replaced
+
+
+def prune_checkpoints(
+    session: Session,
+    job_id: str,
+    epoch: int,
+    keep: int,
+    final_step: int,
+    in_use: Callable[[Session, str], bool] = lambda _session, _id: False,
+) -> list[str]:
+    """Delete the job's periodic checkpoint rows beyond the newest `keep` (`keep_checkpoints`,
+    as TRL's save_total_limit). Never the final step's, never the latest (the resume point),
+    never one that `in_use` says a live job starts from. Returns the deleted rows' object keys,
+    for the caller to delete from storage once this has committed."""
+    fence(session, job_id, epoch)
+    rows = session.scalars(
+        select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step.desc())
+    ).all()
+    if not rows:
+        return []
+    latest = rows[0]
+    periodic = [r for r in rows if r.step != final_step]
+    doomed = [
+        r for r in periodic[keep:] if r.id != latest.id and not in_use(session, r.id)
+    ]  # newest first: periodic[:keep] are the ones kept
+    if not doomed:
+        return []
+    # A Core DELETE: a row the API deleted meanwhile is simply not counted (no stale-row error).
+    keys = session.scalars(
+        delete(Checkpoint)
+        .where(Checkpoint.id.in_([r.id for r in doomed]))
+        .returning(Checkpoint.object_key)
+        .execution_options(synchronize_session=False)
+    ).all()
+    steps = sorted(r.step for r in doomed)
+    message = f"checkpoints at steps {', '.join(map(str, steps))} deleted (keep_checkpoints {keep})"
+    add_event(session, job_id, "checkpoints_pruned", message, {"steps": steps, "keep": keep})
+    return list(keys)
 
 
 def finish(
@@ -158,14 +255,71 @@ def release(session: Session, job_id: str, epoch: int) -> bool:
     return done is not None
 
 
+def end_attempt(
+    session: Session, job_id: str, epoch: int, max_attempts: int, cause: dict[str, Any]
+) -> str | None:
+    """This run's attempt ended without an outcome of its own: the watchdog killed its training
+    process (`cause["watchdog"]`), or the process died. `running` goes back to `queued` (the
+    caller enqueues it; the next claim resumes from the last checkpoint) or, once the job has
+    had `max_attempts` claims, to `failed`: with the watchdog's own code (`step_timeout`,
+    `verifier_timeout`) when every attempt ended by the watchdog, else `attempts_exhausted`.
+    `cancelling` becomes `cancelled`. `cause` = {code, message, watchdog, ...}, kept in an
+    `attempt_ended` event. Returns the new status, or None when the run no longer holds the job."""
+    job = session.scalar(
+        select(Job).where(Job.id == job_id, Job.epoch == epoch, Job.status.in_(ACTIVE))
+    )
+    if job is None:
+        return None
+    ended = session.scalars(
+        select(JobEvent.data).where(JobEvent.job_id == job_id, JobEvent.type == "attempt_ended")
+    ).all()
+    by_watchdog = sum(bool(d.get("watchdog")) for d in ended) + bool(cause.get("watchdog"))
+    error: dict[str, Any] | None = None
+    if job.status == "cancelling":
+        status, message = "cancelled", "job cancelled"
+    elif job.status == "pausing":  # its last committed checkpoint is the resume point
+        status, message = "paused", "job paused (its attempt ended before the step boundary)"
+    elif job.attempts < max_attempts:
+        status, message = "queued", f"attempt {job.attempts} ended; requeued"
+    elif by_watchdog >= job.attempts:
+        status = "failed"
+        error = {
+            "code": cause["code"],
+            "message": f"{cause['message']} (every one of the {job.attempts} attempts ended by "
+            "the watchdog)",
+        }
+        message = f"job failed: {error['message']}"
+    else:
+        status = "failed"
+        error = {
+            "code": "attempts_exhausted",
+            "message": f"{job.attempts} attempts used, none finished; the last: {cause['message']}",
+        }
+        message = f"job failed: {error['message']}"
+    moved = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.epoch == epoch, Job.status == job.status)
+        .values(**_ended(status, error))
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    if not moved:
+        return None
+    ended_data = {"epoch": epoch, "attempt": job.attempts, **cause}
+    add_event(session, job_id, "attempt_ended", cause["message"], ended_data)
+    data = {"status": status, "epoch": epoch, "error": error}
+    add_event(session, job_id, "status", message, data)
+    return status
+
+
 def cancel(session: Session, job: Job) -> Job:
-    """A queued job is cancelled at once; a running one is asked to stop at its next step."""
+    """A queued or paused job is cancelled at once; a running or pausing one is asked to stop
+    at its next step."""
     if job.status in FINAL_STATUSES:
         raise AlreadyFinal(f"job '{job.id}' is already {job.status}")
-    if job.status == "queued":
+    if job.status in ("queued", "paused"):
         job.status, job.finished_at = "cancelled", utcnow()
         add_event(session, job.id, "status", "job cancelled", {"status": "cancelled"})
-    elif job.status == "running":
+    elif job.status in ("running", "pausing"):
         job.status = "cancelling"
         add_event(session, job.id, "status", "cancellation requested", {"status": "cancelling"})
     session.flush()
@@ -174,13 +328,16 @@ def cancel(session: Session, job: Job) -> Job:
 
 def expire(session: Session, max_attempts: int) -> list[Job]:
     """Move on every job whose lease expired (its worker died or froze): `cancelling` ->
-    `cancelled`; `running` -> `queued` to resume from its last checkpoint, or `failed`
+    `cancelled`; `pausing` -> `paused` (its last committed checkpoint is the resume point);
+    `running` -> `queued` to resume from its last checkpoint, or `failed`
     (`attempts_exhausted`) after `max_attempts` claims. Returns the jobs to enqueue."""
     requeued: list[Job] = []
     expired = select(Job).where(Job.status.in_(ACTIVE), Job.lease_until < utcnow())
     for job in session.scalars(expired).all():
         if job.status == "cancelling":
             _move_expired(session, job, "cancelled", "job cancelled (its worker was lost)")
+        elif job.status == "pausing":
+            _move_expired(session, job, "paused", "job paused (its worker was lost)")
         elif job.attempts >= max_attempts:
             error = {
                 "code": "attempts_exhausted",
@@ -210,20 +367,86 @@ def _move_expired(
     session: Session, job: Job, status: str, message: str, error: dict | None = None
 ) -> bool:
     """Move an expired job on, only if nobody renewed or moved it since we read it."""
-    now = utcnow()
-    values: dict = {"status": status, "lease_until": None}
-    if status == "queued":
-        values["enqueued_at"] = now
-    else:
-        values.update(finished_at=now, error=error)
     moved = session.execute(
         update(Job)
         .where(Job.id == job.id, Job.epoch == job.epoch, Job.status == job.status)
-        .where(Job.lease_until < now)
-        .values(**values)
+        .where(Job.lease_until < utcnow())
+        .values(**_ended(status, error))
         .execution_options(synchronize_session=False)
     ).rowcount
     if moved:
         data = {"status": status, "epoch": job.epoch, "attempts": job.attempts, "error": error}
         add_event(session, job.id, "status", message, data)
     return bool(moved)
+
+
+def _ended(status: str, error: dict[str, Any] | None) -> dict[str, Any]:
+    """The row's values once an attempt is over: no lease; a queued job is enqueued again, a
+    paused one waits for its resume, a final one has finished."""
+    values: dict[str, Any] = {"status": status, "lease_until": None}
+    if status == "queued":
+        values["enqueued_at"] = utcnow()
+    elif status != "paused":
+        values.update(finished_at=utcnow(), error=error)
+    return values
+
+
+def request_pause(
+    session: Session, job_id: str, reason: str, data: dict[str, Any] | None = None
+) -> bool:
+    """Pause the job: a queued one at once (`paused`: its broker message finds nothing to
+    claim); a running one at its next step boundary (`pausing`: the run checkpoints, stops and
+    calls `pause_attempt`). `reason` goes into the event (`requested by the API`, a budget's
+    text). False when the job is in no status to pause (pausing, paused or final)."""
+    for before, after, message in (
+        ("queued", "paused", f"job paused: {reason}"),
+        ("running", "pausing", f"pause requested: {reason}"),
+    ):
+        moved = session.scalar(
+            update(Job)
+            .where(Job.id == job_id, Job.status == before)
+            .values(status=after)
+            .returning(Job.id)
+            .execution_options(synchronize_session=False)
+        )
+        if moved is not None:
+            add_event(session, job_id, "status", message,
+                      {**(data or {}), "status": after, "reason": reason})  # fmt: skip
+            return True
+    return False
+
+
+def pause_attempt(session: Session, job_id: str, epoch: int, step: int | None = None) -> bool:
+    """The run asked to pause has checkpointed at a step boundary and stopped: `pausing` ->
+    `paused`, only if this run still holds the job. The attempt it ends was asked to stop,
+    not lost: it is not counted against `max_attempts`."""
+    done = session.scalar(
+        update(Job)
+        .where(Job.id == job_id, Job.epoch == epoch, Job.status == "pausing")
+        .values(status="paused", lease_until=None, attempts=Job.attempts - 1)
+        .returning(Job.step)
+        .execution_options(synchronize_session=False)
+    )
+    if done is None:
+        return False
+    at = done if step is None else step
+    add_event(session, job_id, "status", f"job paused after step {at}",
+              {"status": "paused", "epoch": epoch, "step": at})  # fmt: skip
+    return True
+
+
+def resume(session: Session, job: Job) -> Job:
+    """A paused job is queued again (the caller enqueues it after the commit); its next claim
+    resumes from its last committed checkpoint. WrongStatus for any other status."""
+    moved = session.scalar(
+        update(Job)
+        .where(Job.id == job.id, Job.status == "paused")
+        .values(status="queued", enqueued_at=utcnow())
+        .returning(Job.id)
+        .execution_options(synchronize_session=False)
+    )
+    if moved is None:
+        raise WrongStatus(f"job '{job.id}' is {job.status}, not paused: only a paused job resumes")
+    add_event(session, job.id, "status", "job resumed; queued", {"status": "queued"})
+    session.refresh(job)
+    return job

@@ -1,3 +1,4 @@
+from functools import partial
 from typing import Annotated
 
 import anyio
@@ -6,9 +7,10 @@ from anyio.lowlevel import RunVar
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy import bindparam, select
+from sqlalchemy.exc import DBAPIError
 
-from service.db import get_engine
-from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
+from service.db import get_read_engine
+from service.deps import ApiKeyDep, SessionDep, SettingsDep, StorageDep, TenantDep, key_is_valid
 from service.idempotency import Idempotent, IdempotentRoute
 from service.jobs import service
 from service.jobs.downloads import download_response
@@ -43,6 +45,9 @@ def load_job(job_id: str, session: SessionDep, tenant: TenantDep) -> Job:
 
 
 JobDep = Annotated[Job, Depends(load_job)]
+StepPath = Annotated[
+    str, Path(pattern=r"^(latest|[0-9]{1,9})$", description="A step number, or `latest`.")
+]
 
 
 def _out(job: Job) -> JobOut:
@@ -74,10 +79,17 @@ _poll_limiter: RunVar[anyio.CapacityLimiter] = RunVar("grpo_poll_limiter")
 
 
 def _read_job(tenant: str, job_id: str) -> Response:
-    """The status poll, the hot path: one short read in one trip through the thread pool. A
-    single SELECT needs no transaction around it (autocommit: no BEGIN/COMMIT round trips)."""
-    with get_engine().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        row = conn.execute(_POLL, {"job_id": job_id, "tenant": tenant}).first()
+    """The status poll, the hot path: one short read in one trip through the thread pool, on
+    the read engine (autocommit, no pre-ping: one database round trip per poll). A connection
+    the database dropped fails the first try; the read is simply made again."""
+    for attempt in range(2):
+        try:
+            with get_read_engine(POLL_CONCURRENCY).connect() as conn:
+                row = conn.execute(_POLL, {"job_id": job_id, "tenant": tenant}).first()
+            break
+        except DBAPIError as exc:
+            if attempt or not exc.connection_invalidated:
+                raise
     if row is None:
         raise not_found("job", job_id)  # as service.get_job: another tenant's job is missing
     body = JobOut.model_validate(row, from_attributes=True).model_dump_json(by_alias=True)
@@ -89,10 +101,16 @@ def _read_job(tenant: str, job_id: str) -> Response:
     status_code=201,
     response_model=JobOut,
     dependencies=[Idempotent, Depends(check_open_jobs)],
-    responses=problems(409, 413, 429),
+    responses=problems(402, 409, 413, 429),
 )
-def create_job(body: JobCreate, session: SessionDep, tenant: TenantDep) -> Response:
-    return _json(service.create_job(session, tenant, body), 201)
+def create_job(
+    body: JobCreate,
+    session: SessionDep,
+    tenant: TenantDep,
+    storage: StorageDep,
+    settings: SettingsDep,
+) -> Response:
+    return _json(service.create_job(session, storage, settings, tenant, body), 201)
 
 
 @router.get("", response_model=Page[JobOut])
@@ -164,6 +182,7 @@ def get_events(
     job: JobDep,
     session: SessionDep,
     settings: SettingsDep,
+    api_key: ApiKeyDep,
     after: Annotated[int, Query(ge=0, le=MAX_ID, description="Only events after this id.")] = 0,
     accept: Annotated[str | None, Header()] = None,
     last_event_id: Annotated[
@@ -172,8 +191,10 @@ def get_events(
 ) -> EventsPage | StreamingResponse:
     if accept and "text/event-stream" in accept:
         start = last_event_id if last_event_id is not None else after
+        # Re-checked every keep-alive: a stream outlives the revocation of its key otherwise.
+        authorized = partial(key_is_valid, api_key)
         return StreamingResponse(
-            stream_events(job.id, start, settings.sse_keepalive_s),
+            stream_events(job.id, start, settings.sse_keepalive_s, authorized),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -201,9 +222,7 @@ def list_checkpoints(job: JobDep, session: SessionDep) -> CheckpointsPage:
 )
 def download_checkpoint(
     job: JobDep,
-    step: Annotated[
-        str, Path(pattern=r"^(latest|[0-9]{1,9})$", description="A step number, or `latest`.")
-    ],
+    step: StepPath,
     session: SessionDep,
     storage: StorageDep,
     settings: SettingsDep,
@@ -213,3 +232,20 @@ def download_checkpoint(
 ) -> Response:
     ckpt = service.get_checkpoint(session, job, step)
     return download_response(job, ckpt, storage, settings, range_)
+
+
+@router.delete(
+    "/{job_id}/checkpoints/{step}",
+    status_code=204,
+    responses={
+        204: {"description": "Deleted: the checkpoint's row, then its archive."},
+        **problems(404, 409),
+    },
+)
+def delete_checkpoint(
+    job: JobDep, step: StepPath, session: SessionDep, storage: StorageDep
+) -> Response:
+    """Delete a checkpoint (`latest` may stand for the step). 409 while it is the latest of a
+    live job (its resume point) or the base model of a live job."""
+    service.delete_checkpoint(session, storage, job, step)
+    return Response(status_code=204)

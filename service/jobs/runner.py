@@ -1,7 +1,10 @@
-"""Run one job on this worker: claim it, train through the engine, record every outcome.
+"""Run one claimed attempt at a job: train through the engine, record every outcome.
 
-Called by the Celery task with nothing but the job id. Every write goes through the fenced
-transitions of `lifecycle`, so a run that lost its claim can change nothing.
+The training process (`train_process.py`, started by the watchdog that claimed the job and
+renews its lease) calls `run_claimed`; `run_job` claims and trains in the calling process, with
+no watchdog and no lease renewal (tests, tools). Every write goes through the fenced transitions
+of `lifecycle`, so a run that lost its claim can change nothing. The engine's hooks also send
+progress beacons (`progress.py`) to the watchdog, which renews the lease only while they come.
 """
 
 from __future__ import annotations
@@ -23,33 +26,62 @@ from sqlalchemy.exc import OperationalError
 
 from service.db import session_scope
 from service.ids import new_id
-from service.jobs import lifecycle
-from service.jobs.archive import extract_tar, make_tar
-from service.jobs.scorers import open_scorers, records_from_jsonl
-from service.models import Checkpoint, Dataset, Job
+from service.jobs import lifecycle, resume
+from service.jobs.archive import make_tar
+from service.jobs.preflight_run import gate as preflight_gate
+from service.jobs.progress import Beacon
+from service.jobs.rollout_store import RolloutWriter
+from service.jobs.scorers import open_scorers
+from service.jobs.service import checkpoint_in_use
+from service.jobs.trackers import JobTrackers
+from service.jobs.uploads import error_code, upload_verified
+from service.jobs.usage import UsageMeter, record_step_usage
+from service.jobs.weights import base_weights
+from service.models import Checkpoint, Job
 from service.settings import Settings, get_settings
 from service.storage import ObjectStorage, open_storage_from_settings
 from service.worker import enqueue_training
 from workers.observability import job_context, record_step
 
 log = logging.getLogger(__name__)
+TRACKER_SAMPLE_ROWS = 16  # completions per step in a tracker's sample table (one group at G=16)
 
 
 class JobRun:
     """One claimed attempt at a job: holds the epoch and turns engine callbacks into writes."""
 
-    def __init__(self, job: Job, epoch: int, settings: Settings, storage: ObjectStorage) -> None:
+    def __init__(
+        self,
+        job: Job,
+        epoch: int,
+        settings: Settings,
+        storage: ObjectStorage,
+        beacon: Beacon | None = None,
+        release_requested: threading.Event | None = None,
+    ) -> None:
         self.job_id, self.tenant_id, self.epoch = job.id, job.tenant_id, epoch
         self.total_steps = job.total_steps
+        self.keep_checkpoints: int | None = job.spec.get("keep_checkpoints")
         self.settings, self.storage = settings, storage
+        self.beacon = beacon or Beacon(None)
+        self.step = 0  # the last step recorded (or resumed from)
+        self._local_checkpoint: Path | None = None  # the newest local copy (the others go)
         self.lost = threading.Event()
         self.cancel_requested = threading.Event()
-        self.release_requested = threading.Event()  # SIGTERM: hand the job back
-        self._stop_heartbeat = threading.Event()
+        self.pause_requested = threading.Event()  # `pausing`: checkpoint, stop, `paused`
+        self._polled_at: int | None = None  # the step boundary whose status was read
+        # SIGTERM: hand the job back (the training process may install its handler early)
+        self.release_requested = release_requested or threading.Event()
+        self.trackers: JobTrackers | None = None  # report_to: started once the attempt begins
+        self.usage = UsageMeter()  # device time from the claim on (docs/usage.md)
 
     # -- engine hooks -------------------------------------------------------------------
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
-        self._fenced(lifecycle.record_step, step, metrics)
+        self._fenced(record_step_usage, step, metrics, self.usage.take(metrics))
+        self.step = step
+        if self.trackers is not None:
+            self.trackers.log_metrics(step, metrics)
+        self.beacon.send("step", step=step)
         record_step(metrics)
         log.info("step %d/%s reward_mean %.4f", step, self.total_steps, metrics["reward_mean"])
 
@@ -71,31 +103,85 @@ class JobRun:
             sha256=sha256,
             format=fmt,
         )
-        self._fenced(lifecycle.record_checkpoint, row)
+        replaced = self._fenced(lifecycle.record_checkpoint, row)
+        self._delete_objects([replaced] if replaced else [])
+        if self.keep_checkpoints is not None:
+            pruned = self._fenced(
+                lifecycle.prune_checkpoints, self.keep_checkpoints, self.total_steps,
+                checkpoint_in_use,
+            )  # fmt: skip
+            self._delete_objects(pruned)  # after the rows' delete has committed
+        self._drop_local_copies(directory)
+        if self.trackers is not None:
+            self.trackers.checkpointed()  # the TensorBoard files up to this checkpoint
+        self.beacon.send("checkpoint", step=step)
+
+    def _delete_objects(self, keys: list[str]) -> None:
+        """Delete archives no row points at any more. A failure only leaves an orphan object
+        behind, never a row without its object, so it is logged and training goes on."""
+        for key in keys:
+            try:
+                self.storage.delete(key)
+            except Exception:
+                log.warning("could not delete checkpoint object %s", key, exc_info=True)
+
+    def _drop_local_copies(self, directory: Path) -> None:
+        """Keep only the newest local checkpoint: the older ones are stored and committed, and a
+        long job would otherwise fill the worker's disk with one model copy per checkpoint."""
+        previous, self._local_checkpoint = self._local_checkpoint, directory
+        if previous is not None and previous != directory:
+            shutil.rmtree(previous, ignore_errors=True)
 
     def should_stop(self) -> bool:
+        """Asked at every step boundary: also the watchdog's sign that a step begins."""
+        self.beacon.send("step_begins", step=self.step + 1)
         if self.lost.is_set():
             return True
-        return self.cancel_requested.is_set() or self._poll_cancel()
+        return self.cancel_requested.is_set() or self._poll_status()
 
     def should_release(self) -> bool:
-        return self.release_requested.is_set() and not self.lost.is_set()
+        """Checkpoint this step and stop: the worker shuts down (hand the job back), or the
+        job is `pausing` (it becomes `paused`). Asked before `should_stop`, at each boundary."""
+        self.beacon.send("step_begins", step=self.step + 1)
+        if self.lost.is_set():
+            return False
+        if not self.release_requested.is_set():
+            self._poll_status()
+        return self.release_requested.is_set() or self.pause_requested.is_set()
 
     def on_event(self, type_: str, message: str, data: dict[str, Any]) -> None:
         with session_scope() as session:
-            lifecycle.fence(session, self.job_id, self.epoch, self.settings.lease_seconds)
+            lifecycle.fence(session, self.job_id, self.epoch)
             lifecycle.add_event(session, self.job_id, type_, message, data)
 
-    # -- lease upkeep -------------------------------------------------------------------
-    def _fenced(self, write: Any, *args: Any) -> None:
-        """A write conditioned on our epoch; a database blip is retried while the lease lasts."""
+    def on_rollouts(
+        self, store: RolloutWriter | None, step: int, split: str, rows: list[dict]
+    ) -> None:
+        """A step's completions: stored (unless `rollouts: none`), and the first few sent to
+        the trackers' sample tables."""
+        if store is not None:
+            store(step, split, rows)
+        if self.trackers is not None:
+            self.trackers.log_samples(step, split, rows[:TRACKER_SAMPLE_ROWS])
+
+    def rollout_writer(self, policy: str, seed: int) -> RolloutWriter:
+        """The `on_rollouts` hook: each step's completions stored, fenced by our epoch."""
+        return RolloutWriter(
+            self.job_id, self.tenant_id, self.epoch, policy, seed, self.storage, self.settings,
+            self._fenced, self.on_event,
+        )  # fmt: skip
+
+    # -- fenced writes ------------------------------------------------------------------
+    def _fenced(self, write: Any, *args: Any) -> Any:
+        """A write conditioned on our epoch; a database blip is retried while the lease lasts.
+        Returns what the write returned, once committed."""
         deadline = time.monotonic() + 0.8 * self.settings.lease_seconds
         delay = 0.25
         while True:
             try:
                 with session_scope() as session:
-                    write(session, self.job_id, self.epoch, self.settings.lease_seconds, *args)
-                return
+                    result = write(session, self.job_id, self.epoch, *args)
+                return result
             except lifecycle.LeaseLost:
                 self.lost.set()
                 raise
@@ -106,56 +192,33 @@ class JobRun:
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    def _poll_cancel(self) -> bool:
-        with session_scope() as session:
-            status = session.scalar(select(Job.status).where(Job.id == self.job_id))
-        if status == "cancelling":
-            self.cancel_requested.set()
+    def _poll_status(self) -> bool:
+        """Read the job's status once per step boundary (`cancelling`, `pausing` are asks from
+        the API); returns whether a cancel was asked for."""
+        if self._polled_at != self.step:
+            self._polled_at = self.step
+            with session_scope() as session:
+                status = session.scalar(select(Job.status).where(Job.id == self.job_id))
+            if status == "cancelling":
+                self.cancel_requested.set()
+            elif status == "pausing":
+                self.pause_requested.set()
         return self.cancel_requested.is_set()
-
-    def _heartbeat(self) -> None:
-        renewed = time.monotonic()
-        while not self._stop_heartbeat.wait(self.settings.heartbeat_seconds):
-            try:
-                with session_scope() as session:
-                    status = lifecycle.renew(
-                        session, self.job_id, self.epoch, self.settings.lease_seconds
-                    )
-                renewed = time.monotonic()
-                if status == "cancelling":
-                    self.cancel_requested.set()
-            except lifecycle.LeaseLost:
-                log.warning("job %s epoch %s lost its lease; stopping", self.job_id, self.epoch)
-                self.lost.set()
-                return
-            except Exception:  # database unreachable: keep trying while the lease lasts
-                log.exception("heartbeat for job %s failed", self.job_id)
-                if time.monotonic() - renewed > 0.8 * self.settings.lease_seconds:
-                    # Stop before the lease can be taken over: never two live runs at once.
-                    log.error("job %s: lease about to expire unrenewed; stopping", self.job_id)
-                    self.lost.set()
-                    return
-
-    def start_heartbeat(self) -> threading.Thread:
-        thread = threading.Thread(target=self._heartbeat, name=f"lease-{self.job_id}", daemon=True)
-        thread.start()
-        return thread
-
-    def stop_heartbeat(self) -> None:
-        self._stop_heartbeat.set()
 
     def finish(self, status: str, error: dict[str, Any] | None = None) -> None:
         with session_scope() as session:
             lifecycle.finish(session, self.job_id, self.epoch, status, error)
 
     def release(self) -> None:
-        """Give the job back to the queue for another worker, or finish a pending cancel."""
+        """Stopped at a step boundary, its checkpoint committed: a pausing job is `paused`;
+        a running one goes back to the queue for another worker; a pending cancel finishes."""
         with session_scope() as session:
-            released = lifecycle.release(session, self.job_id, self.epoch)
+            paused = lifecycle.pause_attempt(session, self.job_id, self.epoch, self.step)
+            released = not paused and lifecycle.release(session, self.job_id, self.epoch)
             queue = session.scalar(select(Job.queue).where(Job.id == self.job_id))
         if released:
             enqueue_training(self.job_id, queue or "gpu")
-        elif not self.lost.is_set():
+        elif not paused and not self.lost.is_set():
             self.finish("cancelled")
 
     @contextmanager
@@ -171,57 +234,50 @@ class JobRun:
             signal.signal(signal.SIGTERM, previous)
 
 
-ERROR_CODES = {
-    "ModelLoadError": "model_load_error",
-    "VerifierBudgetExceeded": "verifier_budget_exceeded",
-    "SandboxUnavailableError": "sandbox_unavailable",
-    "LookupError": "missing_reference",
-    "NonFiniteTraining": "non_finite_training",
-}
+# How a training process ends, for the watchdog that started it (its exit status).
+DONE = 0  # the outcome is recorded (or the run lost its lease: nothing is left to it)
+LEFT_TO_RECONCILER = 75  # the database stayed away: the lease lapses, the job resumes
 
 
-def error_code(exc: BaseException) -> str:
-    """A stable, documented code for the job's `error` (the message carries the detail)."""
-    return ERROR_CODES.get(type(exc).__name__, "internal_error")
-
-
-def upload_verified(
-    storage: ObjectStorage, key: str, path: Path, size: int, attempts: int = 4
-) -> None:
-    """Upload with retries, then check the stored size: a job never points at a partial
-    checkpoint. (boto3 also sends a checksum that S3 verifies on receipt.)"""
-    for attempt in range(1, attempts + 1):
-        try:
-            storage.put_file(key, path)
-            stored = storage.size(key)
-            if stored != size:
-                raise OSError(f"stored {stored} bytes of {size} for {key}")
-            return
-        except Exception:
-            if attempt == attempts:
-                raise
-            log.warning("checkpoint upload %s failed (attempt %d); retrying", key, attempt)
-            time.sleep(min(30.0, 0.5 * 2**attempt))
-
-
-def run_job(job_id: str, settings: Settings | None = None) -> None:
-    settings = settings or get_settings()
+def claim_job(job_id: str, settings: Settings) -> tuple[Job, int] | None:
+    """Claim the job for this worker: the detached row and the new epoch, or None."""
     with session_scope() as session:
         worker = f"{socket.gethostname()}:{os.getpid()}"
         epoch = lifecycle.claim(session, job_id, settings.lease_seconds, worker)
         if epoch is None:
             log.info("job %s is not claimable (taken, finished or cancelled); dropping", job_id)
-            return
+            return None
         job = session.get(Job, job_id)
         assert job is not None
         session.expunge(job)
+    return job, epoch
+
+
+def run_job(job_id: str, settings: Settings | None = None) -> None:
+    """Claim the job and train it in this process, with no watchdog and no lease renewal
+    (tests, tools: a lease must outlast the run). Workers run jobs through `watchdog`."""
+    settings = settings or get_settings()
+    claimed = claim_job(job_id, settings)
+    if claimed is not None:
+        run_claimed(*claimed, settings)
+
+
+def run_claimed(
+    job: Job,
+    epoch: int,
+    settings: Settings,
+    beacon: Beacon | None = None,
+    release_requested: threading.Event | None = None,
+) -> int:
+    """Train one claimed attempt; returns DONE or LEFT_TO_RECONCILER."""
+    job_id = job.id
     job_context.set({"job_id": job_id, "epoch": epoch})
-    log.info("claimed job %s (epoch %d)", job_id, epoch)
+    log.info("training job %s (epoch %d)", job_id, epoch)
     storage = open_storage_from_settings(settings)
-    run = JobRun(job, epoch, settings, storage)
+    run = JobRun(job, epoch, settings, storage, beacon, release_requested)
     work_dir = settings.data_path / "work" / job_id / f"e{epoch}"
-    run.start_heartbeat()
     try:
+        run.trackers = JobTrackers.open(job, epoch, settings, storage, work_dir, run.on_event)
         with run.sigterm_releases():
             _train(run, job, storage, work_dir)
     except lifecycle.LeaseLost:
@@ -232,12 +288,15 @@ def run_job(job_id: str, settings: Settings | None = None) -> None:
         log.exception(
             "job %s epoch %s: database unavailable; leaving it to the reconciler", job_id, epoch
         )
+        return LEFT_TO_RECONCILER
     except Exception as exc:  # every failure ends the job with its reason
         log.exception("job %s failed", job_id)
         run.finish("failed", {"code": error_code(exc), "message": str(exc)[:2000]})
     finally:
-        run.stop_heartbeat()
+        if run.trackers is not None:
+            run.trackers.close(job_id)  # after the outcome: the runs end with the job's status
         shutil.rmtree(work_dir, ignore_errors=True)
+    return DONE
 
 
 def _train(run: JobRun, job: Job, storage: ObjectStorage, work_dir: Path) -> None:
@@ -247,9 +306,14 @@ def _train(run: JobRun, job: Job, storage: ObjectStorage, work_dir: Path) -> Non
     spec = TrainSpec.model_validate(
         {k: job.spec[k] for k in TrainSpec.model_fields if k in job.spec}
     )
-    records = _records(storage, job.dataset_id)
-    eval_records = _records(storage, job.eval_dataset_id) if job.eval_dataset_id else None
-    resume_from = _resume_point(run, job, storage, work_dir)
+    latest = resume.start_checkpoint(job)
+    if latest is not None and latest.step >= spec.grpo.steps:
+        resume.finish_from_final(run, latest)
+        return
+    records = resume.records(storage, job.dataset_id)
+    eval_records = resume.records(storage, job.eval_dataset_id) if job.eval_dataset_id else None
+    resume_from = resume.resume_point(run, job, storage, work_dir, latest)
+    weights = base_weights(job, storage, run.settings, work_dir)
     hooks = TrainHooks(
         on_step=run.on_step,
         on_checkpoint=run.on_checkpoint,
@@ -257,14 +321,22 @@ def _train(run: JobRun, job: Job, storage: ObjectStorage, work_dir: Path) -> Non
         should_release=run.should_release,
         on_event=run.on_event,
     )
+    policy = job.spec.get("rollouts", "all")
+    store = run.rollout_writer(policy, spec.grpo.seed) if policy != "none" else None
+    if store is not None or run.trackers is not None:
+        hooks.on_rollouts = lambda step, split, rows: run.on_rollouts(store, step, split, rows)
     eval_refs = job.spec.get("eval_verifiers") or job.spec["verifiers"]
     with (
-        open_scorers(job.tenant_id, job.spec["verifiers"]) as scorers,
-        open_scorers(job.tenant_id, eval_refs if eval_records else []) as eval_scorers,
+        open_scorers(job.tenant_id, job.spec["verifiers"], run.beacon) as scorers,
+        open_scorers(job.tenant_id, eval_refs if eval_records else [], run.beacon) as eval_scorers,
     ):
+        # `preflight: require`: refuse the job before its first step on a fatal warning
+        preflight_gate(job, records, scorers, weights, run.settings, run.on_event)
         result = train(
-            spec, records, scorers, work_dir / "train", hooks,
-            resume_from=resume_from, eval_records=eval_records, eval_scorers=eval_scorers or None,
+            spec, records, run.usage.metered(scorers), work_dir / "train", hooks,
+            resume_from=resume_from, eval_records=eval_records,
+            eval_scorers=run.usage.metered(eval_scorers) or None,
+            weights=weights,
         )  # fmt: skip
     if run.lost.is_set():
         return
@@ -274,35 +346,3 @@ def _train(run: JobRun, job: Job, storage: ObjectStorage, work_dir: Path) -> Non
         run.release()
     else:
         run.finish("cancelled")
-
-
-def _records(storage: ObjectStorage, dataset_id: str) -> list[dict[str, Any]]:
-    with session_scope() as session:
-        dataset = session.get(Dataset, dataset_id)
-        if dataset is None:
-            raise LookupError(f"dataset {dataset_id} is gone")
-        key = dataset.object_key
-    return records_from_jsonl(storage.get_bytes(key))
-
-
-def _resume_point(run: JobRun, job: Job, storage: ObjectStorage, work_dir: Path) -> Path | None:
-    """The last committed checkpoint, unpacked, when an earlier attempt left one."""
-    with session_scope() as session:
-        latest = session.scalar(
-            select(Checkpoint).where(Checkpoint.job_id == job.id).order_by(Checkpoint.step.desc())
-        )
-        if latest is not None:
-            session.expunge(latest)
-    if latest is None:
-        if job.step > 0:
-            message = "no checkpoint yet: starting over"
-            run.on_event("resumed", message, {"from_step": 0, "redo_steps": job.step})
-        return None
-    resume_from, archive = work_dir / "resume", work_dir / "resume.tar"
-    work_dir.mkdir(parents=True, exist_ok=True)
-    storage.download_file(latest.object_key, archive)
-    extract_tar(archive, resume_from)
-    redone = max(0, job.step - latest.step)
-    message = f"resuming from the step-{latest.step} checkpoint ({redone} step(s) to redo)"
-    run.on_event("resumed", message, {"from_step": latest.step, "redo_steps": redone})
-    return resume_from

@@ -1,11 +1,14 @@
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
 
 from service.schemas import UtcDateTime
 from workers.grpo.config import TrainSpec
 
-JobStatus = Literal["queued", "running", "cancelling", "succeeded", "failed", "cancelled"]
+Tracker = Literal["mlflow", "wandb", "tensorboard", "trackio"]
+JobStatus = Literal[
+    "queued", "running", "cancelling", "pausing", "paused", "succeeded", "failed", "cancelled"
+]
 
 
 class VerifierRef(BaseModel):
@@ -27,7 +30,7 @@ class JobCreate(TrainSpec):
         json_schema_extra={
             "examples": [
                 {
-                    "base_model": "/models/tiny-llama",
+                    "base_model": "tiny-llama",
                     "dataset": "ds_0123456789abcdef",
                     "verifiers": [{"name": "has-digit", "weight": 1.0}],
                     "grpo": {"steps": 20, "prompts_per_step": 2, "group_size": 8},
@@ -37,18 +40,110 @@ class JobCreate(TrainSpec):
         },
     )
 
-    dataset: str = Field(min_length=1, max_length=128, description="Training dataset id (ds_…).")
-    eval_dataset: str | None = Field(None, max_length=128, description="Held-out dataset id.")
+    name: str | None = Field(
+        None, min_length=1, max_length=200, description="A name of yours for the job."
+    )
+    dataset: str = Field(
+        min_length=1,
+        max_length=200,
+        description="Training dataset: its id (ds_…), or its name when only one dataset of "
+        "yours has it (the stored spec then holds the id).",
+    )
+    eval_dataset: str | None = Field(
+        None, max_length=200, description="Held-out dataset: id, or unambiguous name."
+    )
     verifiers: list[VerifierRef] = Field(min_length=1, max_length=16)
     eval_verifiers: list[VerifierRef] | None = Field(
         None, min_length=1, max_length=16, description="Defaults to verifiers."
     )
+    base_model: str = Field(
+        min_length=1,
+        max_length=200,
+        description="A catalog model's name (GET /v1/models) or one of your checkpoint ids "
+        "(ckpt_…) to fine-tune from.",
+    )
     queue: str = Field("gpu", pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
+    rollouts: str = Field(
+        "all",
+        pattern=r"^(all|none|sample:[1-9][0-9]{0,5})$",
+        description="Which completions are stored (GET /v1/jobs/{id}/rollouts): `all`, "
+        "`sample:K` (K per step and eval run, picked from the job's seed) or `none`.",
+    )
+    preflight: Literal["require", "off"] = Field(
+        "off",
+        description="`require`: before its first step the worker runs the pre-flight "
+        "(POST /v1/jobs/preflight) and, on a fatal warning, fails the job with "
+        "`preflight_failed` (docs/preflight.md).",
+    )
+    # Trackers (docs/trackers.md): options only; connections are the operator's settings and
+    # credentials are tenant secrets, named here, never typed into a job.
+    report_to: list[Tracker] = Field(
+        default_factory=list, max_length=16, description="Where else the curves go (TRL's)."
+    )
+    tracker_project: str | None = Field(
+        None, min_length=1, max_length=200, description="MLflow experiment, W&B/Trackio project."
+    )
+    wandb_entity: str | None = Field(None, min_length=1, max_length=200)
+    wandb_secret: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$", description="Your secret with the W&B API key."
+    )
+    trackio_space_id: str | None = Field(
+        None, min_length=1, max_length=200, description="A Hugging Face Space (unset: local)."
+    )
+    trackio_secret: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$", description="Your secret with the HF token."
+    )
+
+
+def _fork_step(value: object) -> int | str:
+    """One error for a bad step (a union would list one per member)."""
+    if value == "latest":
+        return "latest"
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 2**31 - 1:
+        return value
+    raise ValueError("a checkpoint's step (an integer from 1) or 'latest'")
+
+
+ForkStep = Annotated[
+    int | str,
+    PlainValidator(_fork_step),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1}, {"const": "latest"}]}),
+]
+
+
+class ForkCreate(BaseModel):
+    """POST /v1/jobs/{id}/fork: a new job from one of this job's checkpoints, some knobs
+    changed (docs/lifecycle.md lists which)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"step": 50, "overrides": {"grpo": {"learning_rate": 5e-6, "steps": 200}}},
+                {"step": "latest", "overrides": {"verifiers": [{"name": "math", "version": 3}]}},
+            ]
+        },
+    )
+
+    step: ForkStep = Field(
+        description="The checkpoint's step (GET /v1/jobs/{id}/checkpoints), or `latest`."
+    )
+    overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Spec fields to change, deep-merged into the parent's spec: "
+        "`{grpo: {learning_rate, beta, steps, ...}, verifiers, generation: {...}, ...}`.",
+    )
 
 
 class JobErrorOut(BaseModel):
     code: str
     message: str
+
+
+class ForkedFrom(BaseModel):
+    job_id: str = Field(description="The job forked.")
+    step: int = Field(description="Its checkpoint's step: the fork trains from step + 1.")
+    checkpoint_id: str = Field(description="That checkpoint (kept while the fork is unfinished).")
 
 
 class JobOut(BaseModel):
@@ -62,6 +157,18 @@ class JobOut(BaseModel):
     created_at: UtcDateTime
     started_at: UtcDateTime | None
     finished_at: UtcDateTime | None
+    parent_checkpoint: str | None = Field(
+        None, description="The checkpoint this job was fine-tuned from (its lineage)."
+    )
+    forked_from: ForkedFrom | None = Field(
+        None, description="POST /v1/jobs/{id}/fork: the job and checkpoint it continues from."
+    )
+    memory_estimate: dict[str, int] | None = Field(
+        None,
+        description="Peak memory estimated at submission, in bytes, by part (weights, "
+        "optimizer, reference, kv_cache, activations, total); metrics' peak_memory_bytes is "
+        "the measured peak.",
+    )
 
 
 class PinnedVerifier(BaseModel):

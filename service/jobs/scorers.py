@@ -1,19 +1,24 @@
-"""The job's pinned verifier versions, opened as weighted scorers for the engine."""
+"""The job's pinned verifier versions, opened as weighted scorers for the engine.
+
+Their built-in kinds share one helper process (`workers.verifiers.builtin_host`), and every
+batch is announced to the watchdog (`progress.py`), so a step that overruns inside a verifier
+is told apart from one that overruns elsewhere (`verifier_timeout` vs `step_timeout`)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
 
 from service.db import session_scope
+from service.jobs.progress import Beacon
 from service.models import VerifierVersion
 from service.verifiers.service import make_resolver
-from workers.verifiers import Verifier, open_verifier
+from workers.verifiers import BuiltinHost, Verifier, open_verifier
 
 
 @dataclass
@@ -23,14 +28,23 @@ class WeightedVerifier:
     name: str
     weight: float
     verifier: Verifier
+    beacon: Beacon = field(default_factory=lambda: Beacon(None))
 
     def score(self, samples: list[dict[str, Any]]) -> tuple[list[float | None], list[str | None]]:
-        return self.verifier.score(samples)
+        self.beacon.send("scoring", verifier=self.name)
+        try:
+            return self.verifier.score(samples)
+        finally:
+            self.beacon.send("scored", verifier=self.name)
 
 
 @contextmanager
-def open_scorers(tenant_id: str, pinned: list[dict[str, Any]]) -> Iterator[list[WeightedVerifier]]:
+def open_scorers(
+    tenant_id: str, pinned: list[dict[str, Any]], beacon: Beacon | None = None
+) -> Iterator[list[WeightedVerifier]]:
     with session_scope() as session, ExitStack() as stack:
+        host = BuiltinHost()  # one helper process for every built-in leaf of these verifiers
+        stack.callback(host.close)
         rows = []
         for ref in pinned:
             row = session.scalar(
@@ -49,8 +63,9 @@ def open_scorers(tenant_id: str, pinned: list[dict[str, Any]]) -> Iterator[list[
                 name=row.name,
                 weight=weight,
                 verifier=stack.enter_context(
-                    open_verifier(row.kind, row.config, name=row.name, resolve=resolve)
+                    open_verifier(row.kind, row.config, name=row.name, resolve=resolve, host=host)
                 ),
+                beacon=beacon or Beacon(None),
             )
             for row, weight in rows
         ]

@@ -1,27 +1,37 @@
-"""Jobs: submission (references resolved and pinned), reads, cancellation."""
+"""Jobs: submission (references resolved and pinned), reads, cancellation, pause and resume."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from service.datasets.service import dataset_exists
+from service import open_jobs
+from service.datasets.service import find_dataset_by_reference
 from service.db import after_commit
 from service.ids import new_id
-from service.jobs import lifecycle
+from service.jobs import budget, lifecycle, model_checks, worker_registry
+from service.jobs.base_model import ResolvedBase, resolve_base
 from service.jobs.schemas import JobCreate, VerifierRef
+from service.jobs.tracker_checks import check_trackers
 from service.models import (
+    UNFINISHED_STATUSES,
     Checkpoint,
+    Dataset,
     Job,
     JobEvent,
     JobMetric,
 )
 from service.problems import FieldError, conflict, invalid, not_found
+from service.settings import Settings
+from service.storage import ObjectStorage
+from service.verifiers.limits import check_sandbox_caps
 from service.verifiers.service import find_pin
 from service.worker import enqueue_training
+from workers.grpo.memory import MemoryEstimate
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +52,34 @@ def _pin_verifiers(
     return pinned, errors
 
 
-def create_job(session: Session, tenant_id: str, body: JobCreate) -> Job:
-    errors: list[FieldError] = []
+@dataclass
+class Submission:
+    """A submission that passed every check: the spec as stored (references pinned) and what
+    was resolved on the way."""
+
+    spec: dict[str, Any]
+    base: ResolvedBase
+    datasets: dict[str, Dataset]  # "dataset" (and "eval_dataset") -> its row
+    estimate: MemoryEstimate | None
+
+
+def validate_submission(
+    session: Session, storage: ObjectStorage, settings: Settings, tenant_id: str, body: JobCreate
+) -> Submission:
+    """Resolve and pin every reference and check the spec against its model: a 422 naming every
+    bad field, or the spec a job (or a pre-flight, `service.preflight`) runs."""
+    base, base_error = resolve_base(session, tenant_id, body.base_model)
+    errors = [base_error] if base_error else []
+    datasets: dict[str, Dataset] = {}
     for field in ("dataset", "eval_dataset"):
-        ident = getattr(body, field)
-        if ident is not None and not dataset_exists(session, tenant_id, ident):
-            errors.append(FieldError(path=f"$.{field}", message=f"no dataset '{ident}'"))
+        reference = getattr(body, field)
+        if reference is None:
+            continue
+        row, why = find_dataset_by_reference(session, tenant_id, reference)
+        if row is None:
+            errors.append(FieldError(path=f"$.{field}", message=why or "no such dataset"))
+        else:
+            datasets[field] = row
     verifiers, verifier_errors = _pin_verifiers(session, tenant_id, body.verifiers, "verifiers")
     if body.eval_verifiers is not None:
         eval_verifiers, eval_errors = _pin_verifiers(
@@ -55,22 +87,59 @@ def create_job(session: Session, tenant_id: str, body: JobCreate) -> Job:
         )
     else:  # defaults to the training verifiers: the same pins, no second round of lookups
         eval_verifiers, eval_errors = [dict(v) for v in verifiers], []
-    errors += verifier_errors + eval_errors
+    errors += verifier_errors + eval_errors + model_checks.check_queue(body, settings)
+    errors += check_trackers(session, tenant_id, body, settings)
+    errors += check_sandbox_caps(
+        session, tenant_id, verifiers, eval_verifiers if body.eval_dataset else [], settings
+    )
+    estimate = None
+    if base is not None:
+        errors += model_checks.check_lora_targets(body, base.model)
+        errors += model_checks.check_prompts(body, base.model, datasets, storage)
+        prompt_tokens = model_checks.longest_prompt(base.model, datasets)
+        estimate, memory_errors = model_checks.check_memory(
+            body, base.model, prompt_tokens, settings
+        )
+        errors += memory_errors
     if errors:
         raise invalid(errors)
+    assert base is not None
 
     spec = body.model_dump(mode="json")
-    spec.update(verifiers=verifiers, eval_verifiers=eval_verifiers)
+    for field, row in datasets.items():  # a name resolved: the spec keeps the id it named
+        spec[field] = row.id
+    spec.update(
+        verifiers=verifiers,
+        eval_verifiers=eval_verifiers,
+        base_model_revision=base.model.revision,
+        lineage=base.lineage,
+    )
+    return Submission(spec, base, datasets, estimate)
+
+
+def create_job(
+    session: Session, storage: ObjectStorage, settings: Settings, tenant_id: str, body: JobCreate
+) -> Job:
+    """Validate the submission, store the job (402 when the tenant's budget is spent)."""
+    budget.refuse_over_budget(session, tenant_id)
+    submission = validate_submission(session, storage, settings, tenant_id, body)
+    spec, base, datasets = submission.spec, submission.base, submission.datasets
+    estimate = submission.estimate
     job = Job(
         id=new_id("job"),
         tenant_id=tenant_id,
-        dataset_id=body.dataset,
-        eval_dataset_id=body.eval_dataset,
+        dataset_id=datasets["dataset"].id,
+        eval_dataset_id=datasets["eval_dataset"].id if "eval_dataset" in datasets else None,
         spec=spec,
         total_steps=body.grpo.steps,
         queue=body.queue,
+        base_model=base.model.name,
+        parent_checkpoint=base.parent.id if base.parent else None,
+        memory_estimate=estimate.as_dict() if estimate else None,
     )
+    open_jobs.reserve_open_job(session, tenant_id, settings)  # exact: under a per-tenant lock
     lifecycle.create(session, job)
+    worker_registry.warn_if_unserved(session, job, settings)
     after_commit(session, lambda: _wake_workers(job.id, body.queue))
     return job
 
@@ -97,6 +166,29 @@ def cancel_job(session: Session, job: Job) -> Job:
         return lifecycle.cancel(session, job)
     except lifecycle.AlreadyFinal as exc:
         raise conflict(str(exc)) from None
+
+
+def pause_job(session: Session, job: Job) -> Job:
+    """A queued job is paused at once; a running one checkpoints at its next step boundary."""
+    if not lifecycle.request_pause(session, job.id, "requested by the API"):
+        raise conflict(f"job '{job.id}' is {job.status}: only a queued or running job pauses")
+    session.refresh(job)
+    return job
+
+
+def resume_job(session: Session, settings: Settings, job: Job) -> Job:
+    """A paused job is queued again, taking an open-jobs place (a paused one holds none)."""
+    if job.status != "paused":
+        raise conflict(f"job '{job.id}' is {job.status}, not paused: only a paused job resumes")
+    budget.refuse_over_budget(session, job.tenant_id)  # 402: a budget's pause holds
+    open_jobs.reserve_open_job(session, job.tenant_id, settings)
+    try:
+        lifecycle.resume(session, job)
+    except lifecycle.WrongStatus as exc:  # moved on since we read it (a concurrent resume)
+        raise conflict(str(exc)) from None
+    queue = job.queue
+    after_commit(session, lambda: _wake_workers(job.id, queue))
+    return job
 
 
 def list_metrics(session: Session, job: Job, after_step: int) -> list[dict[str, Any]]:
@@ -138,3 +230,70 @@ def get_checkpoint(session: Session, job: Job, step: str) -> Checkpoint:
     if row is None:
         raise not_found("checkpoint", f"{job.id}@{step}")
     return row
+
+
+def checkpoint_in_use(session: Session, checkpoint_id: str) -> bool:
+    """Whether an unfinished job of the checkpoint's tenant starts from it: its `base_model`,
+    in the `lineage` of adapters its starting weights are merged from, or its fork point. The
+    jobs' specs are compared in Python: a JSON path query is not portable between SQLite and
+    PostgreSQL, and a tenant has few unfinished jobs (the open-jobs limit, plus paused ones)."""
+    tenant_id = session.scalar(
+        select(Job.tenant_id)
+        .join(Checkpoint, Checkpoint.job_id == Job.id)
+        .where(Checkpoint.id == checkpoint_id)
+    )
+    if tenant_id is None:
+        return False
+    rows = session.execute(
+        select(Job.spec, Job.forked_from).where(
+            Job.tenant_id == tenant_id, Job.status.in_(UNFINISHED_STATUSES)
+        )
+    )
+    return any(_starts_from(spec, fork, checkpoint_id) for spec, fork in rows)
+
+
+def _starts_from(spec: Any, fork: Any, checkpoint_id: str) -> bool:
+    if isinstance(fork, dict) and fork.get("checkpoint_id") == checkpoint_id:
+        return True
+    return isinstance(spec, dict) and (
+        spec.get("base_model") == checkpoint_id or checkpoint_id in spec.get("lineage", [])
+    )
+
+
+def delete_checkpoint(session: Session, storage: ObjectStorage, job: Job, step: str) -> None:
+    """Delete the checkpoint row, then (once that has committed) its archive. 409 while it is
+    a live job's resume point or the base of a live job."""
+    row = get_checkpoint(session, job, step)
+    latest = session.scalar(select(func.max(Checkpoint.step)).where(Checkpoint.job_id == job.id))
+    if job.status in UNFINISHED_STATUSES and row.step == latest:
+        raise conflict(
+            f"checkpoint {row.id} (step {row.step}) is the latest of live job '{job.id}': "
+            "it resumes from it; cancel the job or wait until it has finished"
+        )
+    if checkpoint_in_use(session, row.id):
+        raise conflict(
+            f"checkpoint {row.id} (step {row.step}) is the base of a live job, or the fork "
+            "point of one"
+        )
+    # A Core DELETE: a concurrent delete (the API, the worker's pruning) just finds no row.
+    deleted = session.execute(
+        delete(Checkpoint)
+        .where(Checkpoint.id == row.id)
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    if not deleted:
+        raise not_found("checkpoint", f"{job.id}@{step}")
+    message = f"checkpoint at step {row.step} deleted"
+    lifecycle.add_event(session, job.id, "checkpoint_deleted", message, {"step": row.step})
+    session.flush()
+    key = row.object_key
+    after_commit(session, lambda: _delete_object(storage, key))
+
+
+def _delete_object(storage: ObjectStorage, key: str) -> None:
+    """After the row is gone: a failure here leaves an orphaned object, never a row without
+    its archive, so it is logged rather than turned into an error after the commit."""
+    try:
+        storage.delete(key)
+    except Exception:
+        log.warning("could not delete checkpoint object %s", key, exc_info=True)

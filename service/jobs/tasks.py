@@ -1,10 +1,11 @@
-"""The jobs domain's Celery task: a thin adapter that passes the job id to the runner."""
+"""The jobs domain's Celery tasks: thin adapters that pass an id to the watchdog (a training
+job) or to the pre-flight supervisor (`preflight_run.supervise`)."""
 
 from celery.signals import after_setup_logger, after_setup_task_logger, worker_process_init
 
 from service.db import end_idle_transactions_after
 from service.settings import get_settings
-from service.worker import TRAIN_TASK, app
+from service.worker import PREFLIGHT_TASK, TRAIN_TASK, app
 from workers.observability import JsonFormatter
 
 
@@ -24,7 +25,16 @@ def _no_frozen_row_locks(**_kwargs: object) -> None:
 
 @app.task(name=TRAIN_TASK)
 def train_job(job_id: str) -> None:
-    # Imported here so that the API, which imports this module's app, never loads torch.
-    from service.jobs.runner import run_job
+    # This process holds the lease and the watchdog; the training runs in a child of its own.
+    # Imported here so that the API, which imports this module's app, never loads it.
+    from service.jobs.watchdog import supervise_job
 
-    run_job(job_id)
+    supervise_job(job_id)
+
+
+@app.task(name=PREFLIGHT_TASK)
+def preflight(preflight_id: str) -> None:
+    # As train_job: the pre-flight itself runs in a child process (service.jobs.preflight_run).
+    from service.jobs.preflight_run import supervise
+
+    supervise(preflight_id)

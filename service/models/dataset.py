@@ -1,6 +1,6 @@
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, Integer, String
+from sqlalchemy import BigInteger, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.models.base import Base, utcnow
@@ -17,5 +17,10 @@ class Dataset(Base):
     num_records: Mapped[int] = mapped_column(Integer)
     sha256: Mapped[str] = mapped_column(String(64))
     object_key: Mapped[str] = mapped_column(String(500))
+    size_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)  # of the JSONL
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # For the checks at submission: whether any prompt is chat messages, and the longest
+    # prompt in tokens per model (`{"chat": bool, "tokens": {"name@revision": n}}`), filled
+    # the first time a job names the pair.
+    prompt_stats: Mapped[dict] = mapped_column(default=dict)
     deleted_at: Mapped[datetime | None] = mapped_column(default=None)

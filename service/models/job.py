@@ -6,7 +6,12 @@ from sqlalchemy.orm import Mapped, mapped_column
 from service.models.base import Base, utcnow
 
 FINAL_STATUSES = ("succeeded", "failed", "cancelled")
-LIVE_STATUSES = ("queued", "running", "cancelling")
+# Open jobs: they wait for or hold a device, and count toward the per-tenant open-jobs limit.
+LIVE_STATUSES = ("queued", "running", "cancelling", "pausing")
+# Not final: the job still needs its datasets, its checkpoints and its base. A `paused` job
+# holds no lease and no device, so it is not open (a resume takes a place again), but it will
+# train again: nothing it resumes from may go.
+UNFINISHED_STATUSES = (*LIVE_STATUSES, "paused")
 
 
 class Job(Base):
@@ -33,6 +38,16 @@ class Job(Base):
     lease_until: Mapped[datetime | None] = mapped_column(default=None)
     enqueued_at: Mapped[datetime | None] = mapped_column(default=None)
     queue: Mapped[str] = mapped_column(String(64), default="gpu")
+    # The catalog model under this job's weights (through any chain of checkpoints).
+    base_model: Mapped[str | None] = mapped_column(String(100), index=True, default=None)
+    # Peak device memory estimated at submission (workers.grpo.memory), by part, in bytes.
+    memory_estimate: Mapped[dict | None] = mapped_column(default=None)
+    # Fine-tuned from this checkpoint (the tenant's own), or null for a catalog model. No
+    # foreign key: the lineage outlives the checkpoint once no live job needs it.
+    parent_checkpoint: Mapped[str | None] = mapped_column(String(64), index=True, default=None)
+    # Forked from another job's checkpoint: {job_id, step, checkpoint_id}; a fork with no
+    # checkpoint of its own yet resumes from that one (trainer state and step numbering too).
+    forked_from: Mapped[dict | None] = mapped_column(default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)

@@ -1,4 +1,5 @@
-"""Routes of the dashboard: `/ui` (log in, jobs), `/ui/jobs/{id}` (one job), `/ui/static/*`.
+"""Routes of the dashboard: `/ui` (log in, jobs), `/ui/jobs/{id}` (one job: curves, samples),
+`/ui/compare?jobs=a,b` (runs overlaid), `/ui/static/*`.
 
 The pages hold no data: the browser fetches everything from `/v1` with the API key, so these
 routes need no auth and never touch the database. Nothing is fetched from the internet.
@@ -19,7 +20,7 @@ STATIC_TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg
 PAGE = Template((HERE / "templates" / "page.html").read_text(encoding="utf-8"))
 BODIES = {
     name: (HERE / "templates" / f"{name}.html").read_text(encoding="utf-8")
-    for name in ("jobs", "job")
+    for name in ("jobs", "job", "compare")
 }
 # The pages run only their own scripts and styles and talk only to this origin: an injected
 # script or style in fetched data could neither run nor send the API key elsewhere.
@@ -55,6 +56,12 @@ def ui_root() -> RedirectResponse:
 @router.get("/", response_class=HTMLResponse)
 def jobs_page() -> HTMLResponse:
     return render("jobs", "Jobs")
+
+
+@router.get("/compare", response_class=HTMLResponse)
+def compare_page() -> HTMLResponse:
+    """2-4 runs overlaid; the browser reads the job ids from the query string."""
+    return render("compare", "Compare runs")
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)

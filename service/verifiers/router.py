@@ -10,6 +10,7 @@ from service.models import VerifierVersion
 from service.openapi import problems
 from service.pagination import MAX_INT, Page, PageDep, paginate
 from service.verifiers import service
+from service.verifiers.limits import check_test_cap
 from service.verifiers.schemas import (
     VerifierCreate,
     VerifierOut,
@@ -30,10 +31,12 @@ router = APIRouter(
     status_code=201,
     response_model=VerifierOut,
     dependencies=[Idempotent],
-    responses=problems(409, 413),
+    responses=problems(409, 413, 429),
 )
-def create_verifier(body: VerifierCreate, session: SessionDep, tenant: TenantDep) -> VerifierOut:
-    row = service.create_version(session, tenant, body)
+def create_verifier(
+    body: VerifierCreate, session: SessionDep, tenant: TenantDep, settings: SettingsDep
+) -> VerifierOut:
+    row = service.create_version(session, tenant, body, settings)
     return VerifierOut.model_validate(row, from_attributes=True)
 
 
@@ -80,4 +83,5 @@ def test_verifier(
     limit = settings.max_concurrent_tests_per_tenant
     with verifier_tests.hold(tenant, limit, "verifier tests"):
         row = service.get_version(session, tenant, name, body.version)
+        check_test_cap(row.kind, row.config, service.make_resolver(session, tenant), settings)
         return service.run_test(session, row, body)

@@ -5,7 +5,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.schemas import UtcDateTime
 
 VerifierKind = Literal[
-    "python", "exact_match", "regex", "numeric", "length", "json_schema", "composite"
+    "python",
+    "exact_match",
+    "regex",
+    "numeric",
+    "length",
+    "json_schema",
+    "composite",
+    "openai_grader",
 ]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$"
 

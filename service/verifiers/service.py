@@ -13,6 +13,8 @@ from sqlalchemy.orm import Session
 from service.ids import new_id
 from service.models import VerifierVersion
 from service.problems import FieldError, ProblemError, invalid, not_found
+from service.quotas import check_verifier_quota
+from service.settings import Settings
 from service.verifiers.schemas import VerifierCreate, VerifierTestRequest, VerifierTestResult
 from workers.verifiers import (
     Resolver,
@@ -29,7 +31,10 @@ def config_sha256(kind: str, config: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def create_version(session: Session, tenant_id: str, body: VerifierCreate) -> VerifierVersion:
+def create_version(
+    session: Session, tenant_id: str, body: VerifierCreate, settings: Settings
+) -> VerifierVersion:
+    check_verifier_quota(session, settings, tenant_id)
     try:
         config = validate_config(body.kind, body.config)
         if body.kind == "composite":  # parts are pinned to exact versions at registration

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,14 +14,16 @@ from tests.e2e.services import RunningService
 
 
 @pytest.fixture(scope="session")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
+def api(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[RunningService]:
     """The API alone on SQLite and local storage, with small limits."""
-    with run_api({}, tmp_path_factory.mktemp("api-sqlite")) as svc:
+    with run_api({}, tmp_path_factory.mktemp("api-sqlite"), tiny_model_dir) as svc:
         yield svc
 
 
 @pytest.fixture(scope="session")
-def api_pg(tmp_path_factory: pytest.TempPathFactory, moto_server: str) -> Iterator[RunningService]:
+def api_pg(
+    tmp_path_factory: pytest.TempPathFactory, moto_server: str, tiny_model_dir: Path
+) -> Iterator[RunningService]:
     """The API alone on PostgreSQL (a fresh database), Redis and S3 (moto), downloads
     answered with a presigned redirect."""
     db = f"grpo_api_{secrets.token_hex(4)}"
@@ -39,7 +42,7 @@ def api_pg(tmp_path_factory: pytest.TempPathFactory, moto_server: str) -> Iterat
         "GRPO_DOWNLOAD_REDIRECT": "true",
     }
     try:
-        with run_api(env, tmp_path_factory.mktemp("api-pg")) as svc:
+        with run_api(env, tmp_path_factory.mktemp("api-pg"), tiny_model_dir) as svc:
             yield svc
     finally:
         _psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")

@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 
 from tests.api.server import IDLE_QUEUE
+from tests.e2e.services import TINY
 
 PROBLEM = "application/problem+json"
 
@@ -39,7 +40,7 @@ def make_verifier(client: httpx.Client, name: str = "em") -> None:
 
 def job_body(dataset: str, **extra: Any) -> dict[str, Any]:
     return {
-        "base_model": "/models/none",
+        "base_model": TINY,
         "dataset": dataset,
         "verifiers": [{"name": "em"}],
         "grpo": {"steps": 2, "prompts_per_step": 1, "group_size": 2},

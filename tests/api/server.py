@@ -3,6 +3,7 @@ database and storage the way a worker would (to seed a checkpoint)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,8 +11,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from service.http_limits import uvicorn_options
 from service.settings import Settings
-from tests.e2e.services import RunningService, _wait_ready, free_port
+from tests.e2e.services import IDLE_QUEUE, TINY, RunningService, _wait_ready, free_port
 
 # Small limits, so that every limit can be crossed cheaply.
 LIMITS = {
@@ -22,18 +24,34 @@ LIMITS = {
     "GRPO_OPEN_JOBS_RETRY_AFTER_S": "7",
     "GRPO_SSE_KEEPALIVE_S": "1",
     "GRPO_AUTH_CACHE_S": "0.5",
+    # All tests share 127.0.0.1: the throttle is tested on an API of its own.
+    "GRPO_AUTH_FAILURE_LIMIT": "1000",
+    # No worker here: a pre-flight answers 202 at once, still queued.
+    "GRPO_PREFLIGHT_WAIT_S": "0",
 }
-# Jobs go to a queue nobody consumes: they stay queued until cancelled.
-IDLE_QUEUE = "nobody-listens"
+# The operator's /metrics token: the API tests scrape as the operator does.
+METRICS_TOKEN = "metrics-token-for-tests"
+LIMITS["GRPO_METRICS_TOKEN"] = METRICS_TOKEN
+# A queue whose devices hold 64 MiB: any job's memory plan exceeds that.
+SMALL_DEVICE_QUEUE = "small-device"
+LIMITS["GRPO_QUEUES"] = json.dumps(
+    {"gpu": {}, IDLE_QUEUE: {}, SMALL_DEVICE_QUEUE: {"device_memory_gib": 1 / 16}}
+)
 
 
 @contextmanager
-def run_api(env_extra: dict[str, str], work: Path) -> Iterator[RunningService]:
+def run_api(
+    env_extra: dict[str, str], work: Path, model: Path | None = None
+) -> Iterator[RunningService]:
+    """The API alone; `model`, when given, is in its catalog as `tiny` (tests.e2e.services.TINY)."""
     env = {**os.environ, "GRPO_DATA_DIR": str(work / "data"), **LIMITS, **env_extra}
     port = free_port()
     svc = RunningService(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=work)
     svc.cli("migrate")
+    if model is not None:
+        svc.add_model(TINY, model)
     cmd = [sys.executable, "-m", "uvicorn", "service.main:app", "--port", str(port)]
+    cmd += uvicorn_options(svc.settings())  # the limits `grpo-service api` runs with
     with (work / "api.log").open("wb") as log:
         proc = subprocess.Popen(
             [*cmd, "--no-access-log"], env=env, stdout=log, stderr=subprocess.STDOUT
@@ -52,5 +70,4 @@ def run_api(env_extra: dict[str, str], work: Path) -> Iterator[RunningService]:
 
 def settings_of(svc: RunningService) -> Settings:
     """The Settings the service process runs with."""
-    values = {k[5:].lower(): v for k, v in svc.env.items() if k.startswith("GRPO_")}
-    return Settings.model_validate(values)
+    return svc.settings()

@@ -52,17 +52,34 @@ def test_every_v1_operation_documents_its_problems(document: dict[str, Any]) -> 
     assert document["paths"]["/v1/jobs"]["post"]["responses"]["429"]["headers"]["Retry-After"]
 
 
+SCHEMATHESIS_CONFIG = """
+[checks]
+enabled = false
+not_a_server_error.enabled = true
+status_code_conformance.enabled = true
+content_type_conformance.enabled = true
+response_schema_conformance.enabled = true
+
+# This API has no inference backend: the completion routes answer their documented 503.
+[[operations]]
+include-path-regex = "^/v1/(chat/)?completions$"
+checks.not_a_server_error.enabled = false
+"""
+
+
 def test_schemathesis_fuzzes_every_route(api: RunningService, tmp_path: Path) -> None:
     """Every route, authenticated: no 5xx, and every response as documented (status, content
-    type, schema). Bounded: a few examples per operation, about a minute in all."""
+    type, schema). Bounded: a few examples per operation, about a minute in all. The checks are
+    in a config file: a `--checks` flag would override the per-operation settings."""
     key = api.new_key("schemathesis")
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(SCHEMATHESIS_CONFIG)
     cmd = [
         str(Path(sys.executable).with_name("schemathesis")),
+        "--config-file",
+        str(config),
         "run",
         f"{api.base_url}/openapi.json",
-        "--checks",
-        "not_a_server_error,status_code_conformance,content_type_conformance,"
-        "response_schema_conformance",
         "--header",
         f"Authorization: Bearer {key}",
         "--max-examples",

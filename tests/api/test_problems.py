@@ -79,7 +79,7 @@ def test_non_finite_and_out_of_range_numbers_are_refused(client: httpx.Client) -
 
 def test_spec_strings_and_lists_are_capped(client: httpx.Client) -> None:
     body = {
-        "base_model": "m" * 1001, "dataset": "d" * 129, "eval_dataset": "d" * 129,
+        "base_model": "m" * 1001, "dataset": "d" * 201, "eval_dataset": "d" * 201,
         "verifiers": [{"name": "v" * 201}], "eval_verifiers": [{"name": "a"}] * 17,
         "generation": {"stop": ["s"] * 17}, "lora": {"target_modules": ["q"] * 65},
     }  # fmt: skip

@@ -15,7 +15,7 @@ import pytest
 
 from service.client import Client
 from service.demo_task import DIGIT_VERIFIER_SOURCE, digit_records
-from tests.e2e.services import RunningService, run_service
+from tests.e2e.services import TINY, RunningService, run_service
 
 STEPS = 3
 
@@ -35,9 +35,9 @@ class Trained:
 _cache: dict[str, Any] = {}
 
 
-def job_spec(model: Path, dataset_id: str, **overrides: Any) -> dict[str, Any]:
+def job_spec(dataset_id: str, **overrides: Any) -> dict[str, Any]:
     return {
-        "base_model": str(model),
+        "base_model": TINY,
         "dataset": dataset_id,
         "eval_dataset": dataset_id,
         "eval_every": 1,
@@ -52,12 +52,12 @@ def job_spec(model: Path, dataset_id: str, **overrides: Any) -> dict[str, Any]:
 def _start(tmp: pytest.TempPathFactory, model: Path) -> Trained:
     stack = ExitStack()
     _cache["stack"] = stack
-    svc = stack.enter_context(run_service({}, tmp.mktemp("clientside"), embedded=True))
+    svc = stack.enter_context(run_service({}, tmp.mktemp("clientside"), embedded=True, model=model))
     key = svc.new_key("clientside")
     with Client(svc.base_url, key) as grpo:
         grpo.verifiers.create_python("digits", DIGIT_VERIFIER_SOURCE)
         ds = grpo.datasets.create("digits", digit_records(16))
-        job = grpo.jobs.create(job_spec(model, ds.id))
+        job = grpo.jobs.create(job_spec(ds.id))
     return Trained(svc, key, job.id, ds.id, model)
 
 

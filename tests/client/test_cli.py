@@ -84,7 +84,7 @@ def test_verifier_dataset_job_cancel_round_trip(
     ds = json.loads(grpo("datasets", "upload", str(data), "--json", env=env).stdout)
     assert ds["name"] == "prompts" and ds["num_records"] == 4
 
-    spec = job_spec(clientside.model, ds["id"], verifiers=[{"name": "long"}])
+    spec = job_spec(ds["id"], verifiers=[{"name": "long"}])
     spec_file = tmp_path / "job.yaml"
     import yaml
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.services import RunningService, _spawn, _wait_ready, free_port, stop_all
+from tests.e2e.services import TINY, RunningService, _spawn, _wait_ready, free_port, stop_all
 
 FAST_LEASES = {
     "GRPO_LEASE_SECONDS": "5",
@@ -64,7 +64,12 @@ class Cluster:
 
 @contextmanager
 def run_cluster(
-    work: Path, s3_endpoint: str, workers: int = 2, extra_env: dict[str, str] | None = None
+    work: Path,
+    s3_endpoint: str,
+    workers: int = 2,
+    extra_env: dict[str, str] | None = None,
+    model: Path | None = None,
+    worker_queue: str = "gpu",
 ) -> Iterator[Cluster]:
     from tests.e2e.conftest import PG, _psql
 
@@ -90,11 +95,11 @@ def run_cluster(
     }
     svc = RunningService(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=work)
     svc.cli("migrate")
+    if model is not None:
+        svc.add_model(TINY, model)
     svc.procs.append(_spawn(["api", "--port", str(port)], env, work / "api.log"))
-    procs = [
-        _spawn(["worker", "--grace-seconds", "60"], env, work / f"worker{i}.log")
-        for i in range(workers)
-    ]
+    command = ["worker", "--queue", worker_queue, "--grace-seconds", "60"]
+    procs = [_spawn(command, env, work / f"worker{i}.log") for i in range(workers)]
     svc.procs += procs
     try:
         _wait_ready(svc)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import secrets
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -19,14 +20,17 @@ def _psql(sql: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def embedded_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
-    with run_service({}, tmp_path_factory.mktemp("embedded"), embedded=True) as svc:
+def embedded_service(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
+) -> Iterator[RunningService]:
+    work = tmp_path_factory.mktemp("embedded")
+    with run_service({}, work, embedded=True, model=tiny_model_dir) as svc:
         yield svc
 
 
 @pytest.fixture(scope="session")
 def production_service(
-    tmp_path_factory: pytest.TempPathFactory, moto_server: str
+    tmp_path_factory: pytest.TempPathFactory, moto_server: str, tiny_model_dir: Path
 ) -> Iterator[RunningService]:
     """PostgreSQL (a fresh database), Redis (a fresh db number), S3 (moto over HTTP)."""
     db = f"grpo_test_{secrets.token_hex(4)}"
@@ -44,7 +48,8 @@ def production_service(
         "GRPO_S3_CREATE_BUCKET": "true",
     }
     try:
-        with run_service(env, tmp_path_factory.mktemp("production"), embedded=False) as svc:
+        work = tmp_path_factory.mktemp("production")
+        with run_service(env, work, embedded=False, model=tiny_model_dir) as svc:
             yield svc
     finally:
         _psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from service.settings import Settings
 
 CLI = [sys.executable, "-m", "service.cli"]
 
@@ -37,6 +40,20 @@ class RunningService:
             [*CLI, *args], env=self.env, check=True, capture_output=True, text=True, timeout=120
         )
         return out.stdout
+
+    def settings(self) -> Settings:
+        """The Settings the service's processes run with (from their GRPO_ environment; a
+        JSON value such as GRPO_QUEUES parsed as pydantic-settings parses it)."""
+        values: dict[str, object] = {
+            k[5:].lower(): v for k, v in self.env.items() if k.startswith("GRPO_")
+        }
+        if "queues" in values:
+            values["queues"] = json.loads(str(values["queues"]))
+        return Settings.model_validate(values)
+
+    def add_model(self, name: str, path: Path) -> None:
+        """Register a model in the service's catalog, as an operator does."""
+        self.cli("models", "add", name, str(path))
 
     def new_key(self, tenant: str) -> str:
         return self.cli("create-api-key", "--tenant", tenant).strip().splitlines()[-1]
@@ -75,17 +92,31 @@ def _wait_ready(svc: RunningService, timeout: float = 90) -> None:
     raise RuntimeError(f"service not ready: {last}\n{svc.logs()}")
 
 
+# The catalog name under which the service fixtures register the session's tiny model.
+TINY = "tiny"
+# A queue the services declare and no worker consumes: its jobs stay queued until cancelled.
+IDLE_QUEUE = "nobody-listens"
+QUEUES = json.dumps({"gpu": {}, IDLE_QUEUE: {}})
+
+
 @contextmanager
 def run_service(
-    env_extra: dict[str, str], work: Path, *, embedded: bool
+    env_extra: dict[str, str],
+    work: Path,
+    *,
+    embedded: bool,
+    model: Path | None = None,
+    serve: bool = False,
 ) -> Iterator[RunningService]:
-    """Embedded: `grpo-service up`. Production: `migrate`, then `api` and `worker` apart."""
+    """Embedded: `grpo-service up` (with its inference server only when `serve`: the other
+    tests need no third process). Production: `migrate`, then `api` and `worker` apart."""
     port = free_port()
-    env = {**os.environ, "GRPO_DATA_DIR": str(work / "data"), **env_extra}
+    env = {**os.environ, "GRPO_DATA_DIR": str(work / "data"), "GRPO_QUEUES": QUEUES, **env_extra}
     env.pop("GRPO_ALLOW_UNSAFE_VERIFIERS", None)
     svc = RunningService(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=work)
     if embedded:
-        svc.procs.append(_spawn(["up", "--port", str(port)], env, work / "up.log"))
+        up = ["up", "--port", str(port), *([] if serve else ["--no-serve"])]
+        svc.procs.append(_spawn(up, env, work / "up.log"))
     else:
         svc.cli("migrate")
         svc.procs.append(_spawn(["api", "--port", str(port)], env, work / "api.log"))
@@ -94,6 +125,8 @@ def run_service(
         svc.procs.append(_spawn(worker, env, work / "worker.log"))
     try:
         _wait_ready(svc)
+        if model is not None:
+            svc.add_model(TINY, model)
         yield svc
     finally:
         stop_all(svc.procs)

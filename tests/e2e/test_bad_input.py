@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.services import RunningService
+from tests.e2e.services import TINY, RunningService
 from tests.e2e.test_training_flow import submit_digit_job, wait_final
 
 PROBLEM = "application/problem+json"
@@ -38,7 +39,7 @@ def test_job_with_missing_dataset_and_verifier_names_both(client: httpx.Client) 
         json={"base_model": "m", "dataset": "ds_nope", "verifiers": [{"name": "ghost"}]},
     )
     assert r.status_code == 422
-    assert paths(r) == ["$.dataset", "$.verifiers[0].name"]
+    assert paths(r) == ["$.base_model", "$.dataset", "$.verifiers[0].name"]
     assert "ds_nope" in r.json()["detail"] and "ghost" in r.json()["detail"]
 
 
@@ -120,13 +121,18 @@ def test_unknown_routes_and_bad_json_are_problems(client: httpx.Client) -> None:
     assert client.get("/v1/jobs/job_missing").status_code == 404
 
 
-def test_missing_model_fails_with_reason(
-    embedded_service: RunningService, client: httpx.Client, tmp_path: Path
+def test_a_catalog_model_gone_from_disk_fails_the_job_with_reason(
+    embedded_service: RunningService, client: httpx.Client, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    job = submit_digit_job(client, tmp_path / "no-such-model")
+    """The operator registered a directory, then deleted it: the worker names the model (the
+    tenant's word for it) and the job fails with a code."""
+    copy = shutil.copytree(tiny_model_dir, tmp_path / "soon-gone")
+    embedded_service.add_model("soon-gone", copy)
+    shutil.rmtree(copy)
+    job = submit_digit_job(client, "soon-gone")
     final = wait_final(client, job["id"], timeout=120)
     assert final["status"] == "failed", final
-    assert "no-such-model" in final["error"]["message"], final["error"]
+    assert "cannot load base_model 'soon-gone'" in final["error"]["message"], final["error"]
     assert final["error"]["code"] == "model_load_error"
 
 
@@ -148,7 +154,7 @@ def test_verifier_that_raises_is_counted_not_fatal(
     r = client.post(
         "/v1/jobs",
         json={
-            "base_model": str(tiny_model_dir),
+            "base_model": TINY,
             "dataset": ds,
             "verifiers": [{"name": "flaky"}],
             "grpo": {"steps": 2, "prompts_per_step": 4, "group_size": 2},
@@ -174,7 +180,7 @@ def test_auth(embedded_service: RunningService, client: httpx.Client, tiny_model
     assert other.get("/v1/datasets").json()["data"] == []
     r = client.post(
         "/v1/jobs",
-        json={"base_model": "/nope", "dataset": ds, "verifiers": [{"name": "em"}]},
+        json={"base_model": TINY, "dataset": ds, "verifiers": [{"name": "em"}]},
     )
     job_id = r.json()["id"]
     for path in (f"/v1/jobs/{job_id}", f"/v1/jobs/{job_id}/metrics", f"/v1/jobs/{job_id}/events"):
@@ -184,5 +190,8 @@ def test_auth(embedded_service: RunningService, client: httpx.Client, tiny_model
     assert other.post(f"/v1/jobs/{job_id}/cancel").status_code == 404
     # the job used dataset ds while live: it cannot be deleted until it ends
     status = client.get(f"/v1/jobs/{job_id}").json()["status"]
-    if status in ("queued", "running"):
-        assert client.delete(f"/v1/datasets/{ds}").status_code == 409
+    assert status in ("queued", "running"), status
+    assert client.delete(f"/v1/datasets/{ds}").status_code == 409
+    # free the one worker of the embedded service for the tests after this one
+    assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
+    assert wait_final(client, job_id, timeout=120)["status"] == "cancelled"

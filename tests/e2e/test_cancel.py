@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.e2e.services import RunningService
+from tests.e2e.services import IDLE_QUEUE, TINY, RunningService
 from tests.e2e.test_training_flow import submit_digit_job, wait_final
 
 
@@ -15,7 +15,7 @@ def test_cancel_running_then_finished_answers_409(
     client = embedded_service.client(embedded_service.new_key(f"cancel-{tmp_path.name}"))
     job = submit_digit_job(
         client,
-        tiny_model_dir,
+        TINY,
         grpo={"steps": 500, "prompts_per_step": 2, "group_size": 4},
         checkpoint_every=1000,
     )
@@ -35,7 +35,7 @@ def test_cancel_running_then_finished_answers_409(
 def test_cancel_queued_job_never_runs(embedded_service: RunningService, tmp_path: Path) -> None:
     client = embedded_service.client(embedded_service.new_key(f"cancelq-{tmp_path.name}"))
     # a job on a queue no worker consumes stays queued until cancelled
-    job = submit_digit_job(client, tmp_path / "model", queue="nobody-listens")
+    job = submit_digit_job(client, TINY, queue=IDLE_QUEUE)
     r = client.post(f"/v1/jobs/{job['id']}/cancel")
     assert r.status_code == 202 and r.json()["status"] == "cancelled"
     assert client.get("/v1/jobs?status=cancelled").json()["data"][0]["id"] == job["id"]

@@ -14,6 +14,8 @@ import httpx
 import pytest
 
 from tests.e2e.cluster import Cluster, run_cluster
+from tests.e2e.freezing import frozen
+from tests.e2e.services import TINY
 from tests.e2e.test_training_flow import submit_digit_job, wait_final
 
 LONG_JOB = {
@@ -23,8 +25,10 @@ LONG_JOB = {
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, moto_server: str) -> Iterator[Cluster]:
-    with run_cluster(tmp_path_factory.mktemp("cluster"), moto_server) as c:
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, moto_server: str, tiny_model_dir: Path
+) -> Iterator[Cluster]:
+    with run_cluster(tmp_path_factory.mktemp("cluster"), moto_server, model=tiny_model_dir) as c:
         yield c
 
 
@@ -69,7 +73,7 @@ def test_killed_trainer_is_resumed_from_its_checkpoint(
     cluster: Cluster, tiny_model_dir: Path
 ) -> None:
     client = cluster.client("kill")
-    job = submit_digit_job(client, tiny_model_dir, **LONG_JOB)
+    job = submit_digit_job(client, TINY, **LONG_JOB)
     wait_for(lambda: started(client, job["id"], 4), "step 4")
     os.kill(trainer_pid(client, job["id"], 1), signal.SIGKILL)  # an OOM kill, say
 
@@ -88,23 +92,22 @@ def test_stopped_zombie_past_its_lease_writes_nothing(
     cluster: Cluster, tiny_model_dir: Path
 ) -> None:
     client = cluster.client("zombie")
-    job = submit_digit_job(client, tiny_model_dir, **LONG_JOB)
+    job = submit_digit_job(client, TINY, **LONG_JOB)
     wait_for(lambda: started(client, job["id"], 2), "step 2")
-    zombie = trainer_pid(client, job["id"], 1)
-    os.kill(zombie, signal.SIGSTOP)
-    try:
+    zombie = trainer_pid(client, job["id"], 1)  # the watchdog that claimed it
+    with frozen(zombie) as stopped:  # it and its training process, as on a paused host
+        assert len(stopped) >= 2, stopped
         wait_for(lambda: len(claims(client, job["id"])) == 2, "the takeover", timeout=60)
         new_epoch_steps = lambda: any(e == 2 for _, e in metric_rows(cluster, job["id"]))  # noqa: E731
         wait_for(new_epoch_steps, "a step of the new run")
-    finally:
-        os.kill(zombie, signal.SIGCONT)
     final = wait_final(client, job["id"], timeout=240)
     assert final["status"] == "succeeded", cluster.svc.logs()
     rows = metric_rows(cluster, job["id"])
     assert [step for step, _ in rows] == list(range(1, 13))
     first_new = min(step for step, epoch in rows if epoch == 2)
     assert all(epoch == 2 for step, epoch in rows if step >= first_new), rows  # zombie fenced
-    wait_for(lambda: not _alive_in_task(zombie), "the zombie to stop training", timeout=60)
+    for pid in stopped:  # the training process is killed, the watchdog idles in the pool
+        wait_for(lambda: not _alive_in_task(pid), "the zombie to stop training", timeout=60)  # noqa: B023
 
 
 def _alive_in_task(pid: int) -> bool:
@@ -122,15 +125,11 @@ def _alive_in_task(pid: int) -> bool:
 
 def test_cancel_when_the_worker_is_dead(cluster: Cluster, tiny_model_dir: Path) -> None:
     client = cluster.client("cancel-dead")
-    job = submit_digit_job(client, tiny_model_dir, **LONG_JOB)
+    job = submit_digit_job(client, TINY, **LONG_JOB)
     wait_for(lambda: started(client, job["id"], 1), "step 1")
-    pid = trainer_pid(client, job["id"], 1)
-    os.kill(pid, signal.SIGSTOP)
-    try:
+    with frozen(trainer_pid(client, job["id"], 1)):  # its watchdog and training process
         assert client.post(f"/v1/jobs/{job['id']}/cancel").json()["status"] == "cancelling"
         final = wait_final(client, job["id"], timeout=60)
-    finally:
-        os.kill(pid, signal.SIGCONT)
     assert final["status"] == "cancelled"
     assert len(claims(client, job["id"])) == 1  # nobody trained it again
 
@@ -141,7 +140,7 @@ def test_jobs_submitted_while_redis_is_down_still_run(
     client = cluster.client("redis-down")
     cluster.redis.kill()
     try:
-        job = submit_digit_job(client, tiny_model_dir)  # 201: the row is the truth
+        job = submit_digit_job(client, TINY)  # 201: the row is the truth
         time.sleep(2)
     finally:
         cluster.redis.start()  # a fresh, empty Redis: every message is gone
@@ -159,7 +158,7 @@ def test_sigterm_hands_the_job_over_without_losing_a_step(
     cluster: Cluster, tiny_model_dir: Path
 ) -> None:
     client = cluster.client("graceful")
-    job = submit_digit_job(client, tiny_model_dir, **LONG_JOB)
+    job = submit_digit_job(client, TINY, **LONG_JOB)
     wait_for(lambda: started(client, job["id"], 1), "step 1")
     trainer = trainer_pid(client, job["id"], 1)
     supervisors, pid = {p.pid for p in cluster.workers}, trainer
@@ -181,7 +180,7 @@ def test_sigterm_hands_the_job_over_without_losing_a_step(
 
 def test_survives_a_postgresql_restart(cluster: Cluster, tiny_model_dir: Path) -> None:
     client = cluster.client("pg-restart")
-    job = submit_digit_job(client, tiny_model_dir, **LONG_JOB)
+    job = submit_digit_job(client, TINY, **LONG_JOB)
     wait_for(lambda: started(client, job["id"], 2), "step 2")
     version = sorted(os.listdir("/etc/postgresql"))[-1]
     subprocess.run(

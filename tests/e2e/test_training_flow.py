@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from service.demo_task import DIGIT_VERIFIER_SOURCE, digit_records
-from tests.e2e.services import RunningService
+from tests.e2e.services import TINY, RunningService
 
 REQUIRED_METRICS = {
     "reward_mean", "reward_std", "reward/digits", "frac_zero_std_groups", "advantage_abs_mean",
@@ -34,8 +34,9 @@ def wait_final(client: httpx.Client, job_id: str, timeout: float = 400) -> dict[
 
 
 def submit_digit_job(
-    client: httpx.Client, model: Path, with_eval: bool = False, **overrides: Any
+    client: httpx.Client, model: str, with_eval: bool = False, **overrides: Any
 ) -> dict[str, Any]:
+    """Register the digits verifier and dataset, then submit a short job on catalog `model`."""
     r = client.post(
         "/v1/verifiers",
         json={"name": "digits", "kind": "python", "config": {"source": DIGIT_VERIFIER_SOURCE}},
@@ -49,7 +50,7 @@ def submit_digit_job(
     dataset = r.json()
     assert dataset["num_records"] == 16 and dataset["id"].startswith("ds_")
     spec = {
-        "base_model": str(model),
+        "base_model": model,
         "dataset": dataset["id"],
         "verifiers": [{"name": "digits"}],
         "grpo": {"steps": 4, "prompts_per_step": 2, "group_size": 4, "learning_rate": 1e-3},
@@ -66,9 +67,9 @@ def submit_digit_job(
     return job
 
 
-def check_training_flow(svc: RunningService, model: Path, tmp_path: Path) -> None:
+def check_training_flow(svc: RunningService, tmp_path: Path) -> None:
     client = svc.client(svc.new_key(f"tenant-{tmp_path.name}"))
-    job = submit_digit_job(client, model, with_eval=True)
+    job = submit_digit_job(client, TINY, with_eval=True)
     final = wait_final(client, job["id"])
     assert final["status"] == "succeeded", (final, svc.logs())
     assert final["step"] == 4 and final["started_at"] and final["finished_at"]
@@ -107,16 +108,14 @@ def check_training_flow(svc: RunningService, model: Path, tmp_path: Path) -> Non
     assert generated.shape[1] > ids.shape[1]
 
 
-def test_embedded_mode_trains_end_to_end(
-    embedded_service: RunningService, tiny_model_dir: Path, tmp_path: Path
-) -> None:
-    check_training_flow(embedded_service, tiny_model_dir, tmp_path)
+def test_embedded_mode_trains_end_to_end(embedded_service: RunningService, tmp_path: Path) -> None:
+    check_training_flow(embedded_service, tmp_path)
 
 
 def test_production_mode_trains_end_to_end(
-    production_service: RunningService, tiny_model_dir: Path, tmp_path: Path
+    production_service: RunningService, tmp_path: Path
 ) -> None:
-    check_training_flow(production_service, tiny_model_dir, tmp_path)
+    check_training_flow(production_service, tmp_path)
 
 
 @pytest.mark.parametrize("mode", ["embedded_service", "production_service"])
@@ -126,11 +125,10 @@ def test_second_delivery_does_not_start_a_second_run(
     """The broker may deliver a job twice; the claim in the database lets only one run train."""
     svc: RunningService = request.getfixturevalue(mode)
     client = svc.client(svc.new_key(f"dup-{tmp_path.name}"))
-    job = submit_digit_job(client, tiny_model_dir)
-    from service.settings import Settings
+    job = submit_digit_job(client, TINY)
     from service.worker import make_celery
 
-    settings = Settings(**{k[5:].lower(): v for k, v in svc.env.items() if k.startswith("GRPO_")})
+    settings = svc.settings()
     make_celery(settings).send_task("grpo.train_job", args=[job["id"]], queue="gpu")
     final = wait_final(client, job["id"])
     assert final["status"] == "succeeded", svc.logs()

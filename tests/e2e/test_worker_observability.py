@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.services import RunningService
+from tests.e2e.services import TINY, RunningService
 from tests.e2e.test_training_flow import submit_digit_job, wait_final
 
 
@@ -25,7 +25,7 @@ def test_worker_metrics_and_json_logs(
     url = f"http://127.0.0.1:{svc.worker_metrics_port}/metrics"
     before = sample(httpx.get(url).text, "grpo_worker_steps_total")
     client = svc.client(svc.new_key(f"obs-{tmp_path.name}"))
-    job = submit_digit_job(client, tiny_model_dir)
+    job = submit_digit_job(client, TINY)
     assert wait_final(client, job["id"])["status"] == "succeeded", svc.logs()
 
     text = httpx.get(url).text  # served by the supervisor, recorded by the job's child process

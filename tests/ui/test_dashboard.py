@@ -4,52 +4,18 @@ the reward-hacking banner, and no console errors."""
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
-from selenium import webdriver  # noqa: E402  (a dev dependency: never skipped)
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
 from service.models import JobEvent
 from tests.client.shared import STEPS, Trained
-
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-
-
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
-    if not (Path(CHROMEDRIVER).exists() and Path(CHROMIUM).exists()):
-        pytest.fail("chromium and chromium-driver are needed (.ci/ensure-services.sh)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--disable-dev-shm-usage", "--window-size=1400,1800", f"--user-data-dir={tmp_path / 'p'}",
-    ):  # fmt: skip
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(CHROMEDRIVER))
-    driver.set_page_load_timeout(30)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def console_errors(driver: webdriver.Chrome) -> list[str]:
-    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-
-
-def wait_for(driver: webdriver.Chrome, css: str, timeout: float = 20):  # noqa: ANN201
-    return WebDriverWait(driver, timeout).until(lambda d: d.find_element(By.CSS_SELECTOR, css))
+from tests.ui.browser import console_errors, wait_for
 
 
 def add_hacking_event(trained: Trained) -> None:
@@ -140,3 +106,25 @@ def test_pages_and_files_carry_security_headers(trained: Trained) -> None:
         csp = r.headers["content-security-policy"]
         assert "script-src 'self'" in csp and "default-src 'none'" in csp
         assert "connect-src 'self'" in csp and "frame-ancestors 'none'" in csp
+
+
+def test_a_fine_tuned_job_shows_its_lineage_and_memory_plan(
+    trained: Trained, browser: webdriver.Chrome
+) -> None:
+    with trained.client() as grpo:
+        (final, *_) = [c for c in grpo.checkpoints.list(trained.job_id) if c.step == STEPS]
+        spec = {"base_model": final.id, "dataset": trained.dataset_id,
+                "verifiers": [{"name": "digits"}], "grpo": {"steps": 1, "prompts_per_step": 2,
+                "group_size": 2}, "generation": {"max_new_tokens": 4}}  # fmt: skip
+        child = grpo.jobs.create(spec)
+    browser.get(f"{trained.svc.base_url}/ui/")
+    wait_for(browser, "#login-form")
+    browser.find_element(By.ID, "api-key").send_keys(trained.key)
+    browser.find_element(By.CSS_SELECTOR, "#login-form button").click()
+    wait_for(browser, f"#jobs tr[data-job-id='{child.id}'] a").click()
+    lineage = WebDriverWait(browser, 20).until(
+        lambda d: d.find_element(By.ID, "job-lineage").text or None
+    )
+    assert lineage == f"fine-tuned from checkpoint {final.id}"
+    assert "memory planned" in browser.find_element(By.ID, "job-summary").text
+    assert console_errors(browser) == []

@@ -100,12 +100,14 @@ def engine() -> str:
     return name
 
 
-def select_backend(model: Any, grpo: GRPOParams | None = None) -> Backend:
+def select_backend(
+    model: Any, grpo: GRPOParams | None = None, own_forward: bool = False
+) -> Backend:
     """The backend of a run training `model` with `grpo`: fast where it supports the model,
-    unless `GRPO_ENGINE=reference`. The fast one keeps the decode's matmul outputs for the
-    training forward only when that forward runs as one batch (`micro_batch_size` bounds
-    memory otherwise)."""
-    if engine() == "reference" or not fast.supports(model):
+    unless `GRPO_ENGINE=reference` or the run needs the model's `own_forward` (gradient
+    checkpointing). The fast one keeps the decode's matmul outputs for the training forward
+    only when that forward runs as one batch (`micro_batch_size` bounds memory otherwise)."""
+    if engine() == "reference" or own_forward or not fast.supports(model):
         return ReferenceBackend()
     batch = None if grpo is None else grpo.prompts_per_step * grpo.group_size
     record = grpo is not None and (grpo.micro_batch_size is None or grpo.micro_batch_size >= batch)

@@ -112,5 +112,23 @@ class TrainSpec(_Strict):
     grpo: GRPOParams = Field(default_factory=GRPOParams)
     generation: GenerationParams = Field(default_factory=GenerationParams)
     lora: LoraParams | None = None
+    precision: Literal["bf16", "fp32"] | None = Field(
+        None,
+        description="bf16: forward passes under bf16 autocast, master weights, gradients and "
+        "optimizer state in fp32, the frozen reference in bf16; fp32: everything in fp32; "
+        "null: bf16 on a CUDA device that supports it, fp32 elsewhere.",
+    )
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Recompute each layer's activations in the backward pass instead of "
+        "keeping them: less memory for about a third more compute (the model's own forward).",
+    )
     checkpoint_every: int = Field(50, ge=1, description="Save a checkpoint every N steps.")
+    keep_checkpoints: int | None = Field(
+        None,
+        ge=1,
+        le=10_000,
+        description="Keep only the newest N periodic checkpoints, plus the final one (as TRL's"
+        " save_total_limit); null keeps every checkpoint.",
+    )
     eval_every: int = Field(25, ge=1, description="Evaluate on the held-out set every N steps.")

@@ -1,8 +1,9 @@
 """Device choices of a run: the default device and the autocast context of forward passes.
 
-On CUDA with bf16 support, forward passes (sampling, pi_ref / pi_old scoring, the policy's
-training forward) run under bf16 autocast while the master weights, the optimizer state and the
-loss stay fp32. On CPU (and older GPUs) forward passes run in the weights' dtype.
+A run's precision (`TrainSpec.precision`; by default bf16 on a CUDA device with bf16 support,
+fp32 elsewhere): under bf16, forward passes (sampling, pi_ref / pi_old scoring, the policy's
+training forward) run under bf16 autocast while the master weights, gradients, the optimizer
+state and the loss stay fp32; under fp32 they run in the weights' dtype.
 
 On CPU, `use_cpu_weight_layout` can store every linear layer's weight (out, in) column-major:
 `F.linear` computes x @ W.T, and with W.T row-major the BLAS runs a plain (NN) product instead of
@@ -28,10 +29,28 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def autocast_for(device: str | torch.device) -> Callable[[], contextlib.AbstractContextManager]:
+def device_kind(device: str | torch.device | None = None) -> str:
+    """What usage is counted against: `cpu`, or `cuda:<device name>` (`cuda:NVIDIA H200`)."""
+    dev = torch.device(device or default_device())
+    if dev.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(dev)}"
+    return dev.type
+
+
+def resolve_precision(precision: str | None, device: str | torch.device) -> str:
+    """The spec's precision, or the device's default: bf16 where CUDA supports it."""
+    if precision is not None:
+        return precision
+    cuda = torch.device(device).type == "cuda"
+    return "bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32"
+
+
+def autocast_for(
+    device: str | torch.device, precision: str | None = None
+) -> Callable[[], contextlib.AbstractContextManager]:
     """A factory of the context a forward pass runs in on `device`."""
-    if torch.device(device).type == "cuda" and torch.cuda.is_bf16_supported():
-        return partial(torch.autocast, "cuda", dtype=torch.bfloat16)
+    if resolve_precision(precision, device) == "bf16":
+        return partial(torch.autocast, torch.device(device).type, dtype=torch.bfloat16)
     return contextlib.nullcontext
 
 

@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 from workers.grpo.config import GenerationParams
-from workers.grpo.sampling import Sampler
-from workers.grpo.scoring import Scorer, score_completions
+from workers.grpo.sampling import Generation, Sampler
+from workers.grpo.scoring import Scored, Scorer, score_batch
 
 EVAL_MAX_PROMPTS = 64
 HACKING_WINDOW = 3
@@ -41,8 +41,10 @@ def evaluate(
     gen: GenerationParams,
     on_event: Callable[[str, str, dict], None],
     context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    on_batch: Callable[[list[dict], Generation, Scored], None] | None = None,
 ) -> dict[str, float]:
-    """Greedy completions of the held-out records, scored: the `eval_*` metrics of a step."""
+    """Greedy completions of the held-out records, scored: the `eval_*` metrics of a step.
+    `on_batch` gets the records, their completions and scores (the eval rollouts)."""
     t0 = time.perf_counter()
     records = records[:EVAL_MAX_PROMPTS]
     greedy = gen.model_copy(update={"top_k": 1})
@@ -52,10 +54,13 @@ def evaluate(
             out = sampler.generate([r["prompt"] for r in records], 1, greedy)
     finally:
         generator.set_state(state)
-    rewards, scored = score_completions(scorers, records, out.texts, 1, on_event)  # (n,)
-    metrics = {f"eval_{k}": v for k, v in scored.items()}
-    metrics["eval_reward_mean"] = rewards.mean().item()
+    scored = score_batch(scorers, records, out.texts, 1, on_event)  # rewards (n,)
+    if on_batch is not None:
+        on_batch(records, out, scored)
+    metrics = {f"eval_{k}": v for k, v in scored.metrics.items()}
+    metrics["eval_reward_mean"] = scored.rewards.mean().item()
     metrics["eval_completion_len_mean"] = out.completion_mask.sum(1).float().mean().item()
+    metrics["eval_completion_tokens"] = out.completion_mask.sum().item()
     metrics["eval_seconds"] = time.perf_counter() - t0
     return metrics
 

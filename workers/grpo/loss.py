@@ -15,33 +15,44 @@ the aggregation (a small function chosen once):
 Gradient accumulation: every aggregation is "a sum over completions divided by a batch
 constant". `loss_denominator` computes that constant over the *full* batch; pass it as
 `denominator` to each micro-batch's `grpo_loss` and the micro-batch losses (and gradients) add
-up exactly to the full-batch ones. Left out: entropy bonus, token-level importance sampling
+up exactly to the full-batch ones. Across processes the same holds: `total` adds a count up over
+every process's share of the batch (`distributed.Ranks.total`), and the summed gradients equal
+the one-process ones. Left out: entropy bonus, token-level importance sampling
 corrections for a sampler different from the policy (e.g. vLLM in another precision).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 
+Total = Callable[[Any], Any]  # a count of this process's rows -> that count over the whole batch
 # Each aggregation: (per-token values (N, T), mask (N, T)) -> sum that the denominator divides.
 _NUMERATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "sequence_mean": lambda v, m: ((v * m).sum(1) / m.sum(1).clamp(min=1)).sum(),
     "token_mean": lambda v, m: (v * m).sum(),
     "constant": lambda v, m: (v * m).sum(),
 }
-_DENOMINATORS: dict[str, Callable[[Tensor, int], float | Tensor]] = {
-    "sequence_mean": lambda m, max_new: float(m.shape[0]),
-    "token_mean": lambda m, max_new: m.sum().clamp(min=1.0),  # stays on the device
-    "constant": lambda m, max_new: float(m.shape[0] * max_new),
+_DENOMINATORS: dict[str, Callable[[Tensor, int, Total], float | Tensor]] = {
+    "sequence_mean": lambda m, max_new, total: float(total(m.shape[0])),
+    "token_mean": lambda m, max_new, total: total(m.sum()).clamp(min=1.0),  # on the device
+    "constant": lambda m, max_new, total: float(total(m.shape[0]) * max_new),
 }
 
 
-def loss_denominator(mask: Tensor, aggregation: str, max_new_tokens: int) -> float | Tensor:
-    """The batch constant the aggregation divides by; compute it over the full batch."""
-    return _DENOMINATORS[aggregation](mask, max_new_tokens)
+def _same(count: Any) -> Any:
+    return count
+
+
+def loss_denominator(
+    mask: Tensor, aggregation: str, max_new_tokens: int, total: Total = _same
+) -> float | Tensor:
+    """The batch constant the aggregation divides by; compute it over the full batch (`total`:
+    the whole batch's count from this process's, when the batch is split across processes)."""
+    return _DENOMINATORS[aggregation](mask, max_new_tokens, total)
 
 
 def grpo_loss(

@@ -10,21 +10,22 @@ DAPO over-samples a larger batch and filters it; refilling slot by slot keeps th
 
 Metrics: the reward statistics (`reward_mean`, `reward/<name>`, `frac_zero_std_groups`, ...)
 describe the first draw only, an unbiased estimate of the policy's reward on the data; error
-counts (`errors/<name>`) add up every draw; `resampled_groups` counts the extra prompts drawn.
+counts (`errors/<name>`) add up every draw; `resampled_groups` counts the extra prompts drawn;
+`completion_tokens` counts every completion token sampled, refills included.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from workers.grpo.config import GenerationParams, GRPOParams
 from workers.grpo.sampling import Generation, Sampler
-from workers.grpo.scoring import Scorer, score_completions
+from workers.grpo.scoring import Scored, Scorer, score_batch
 
 
 @dataclass
@@ -36,6 +37,8 @@ class Rollout:
     rewards: Tensor  # (N,) rewards of the trained batch
     first_rewards: Tensor  # (N,) rewards of the first draw (the metrics' rewards)
     metrics: dict[str, float]  # reward/<name>, errors/<name>, resampled_groups, timings
+    scores: dict[str, list[float | None]] = field(default_factory=dict)  # name -> N scores
+    errors: dict[str, list[str | None]] = field(default_factory=dict)  # name -> N errors
 
 
 def flat_groups(rewards: Tensor, group_size: int) -> list[int]:
@@ -54,44 +57,50 @@ def collect_rollout(
     on_event: Callable[[str, str, dict], None],
 ) -> Rollout:
     """Draw prompts, sample G completions each, score them; refill flat groups if asked."""
-    timing = {"generation_seconds": 0.0, "scoring_seconds": 0.0}
+    # Timings, and every completion token sampled (refills too: usage counts what was made).
+    timing = {"generation_seconds": 0.0, "scoring_seconds": 0.0, "completion_tokens": 0.0}
     G = grpo.group_size
 
-    def sample(k: int) -> tuple[list[dict], Generation, Tensor, dict[str, float]]:
+    def sample(k: int) -> tuple[list[dict], Generation, Scored]:
         records = draw(k)
         t0 = time.perf_counter()
         keep = grpo.num_iterations > 1  # pi_old from the sampling pass
         prompts = [r["prompt"] for r in records]
         out = sampler.generate(prompts, G, gen, keep_logprobs=keep)
         t1 = time.perf_counter()
-        rewards, metrics = score_completions(scorers, records, out.texts, G, on_event)  # (k*G,)
+        scored = score_batch(scorers, records, out.texts, G, on_event)  # rewards (k*G,)
         timing["generation_seconds"] += t1 - t0
+        timing["completion_tokens"] += out.completion_mask.sum().item()
         timing["scoring_seconds"] += time.perf_counter() - t1
-        return records, out, rewards, metrics
+        return records, out, scored
 
-    records, out, rewards, metrics = sample(grpo.prompts_per_step)
-    parts = [(out, rewards)]
+    records, out, first = sample(grpo.prompts_per_step)
+    rewards, metrics = first.rewards, first.metrics
+    parts = [(out, first)]
     slots = [(0, i) for i in range(grpo.prompts_per_step)]  # slot -> (part, group in part)
     flat = flat_groups(rewards, G) if grpo.skip_zero_std_groups else []
     resampled = 0
     for _ in range(grpo.max_resample_rounds):
         if not flat:
             break
-        more, out_k, rewards_k, metrics_k = sample(len(flat))
+        more, out_k, scored_k = sample(len(flat))
         resampled += len(flat)
-        for key, value in metrics_k.items():
+        for key, value in scored_k.metrics.items():
             if key.startswith("errors/"):
                 metrics[key] += value
-        parts.append((out_k, rewards_k))
-        spread = sorted(set(range(len(more))) - set(flat_groups(rewards_k, G)))
+        parts.append((out_k, scored_k))
+        spread = sorted(set(range(len(more))) - set(flat_groups(scored_k.rewards, G)))
         for slot, group in zip(list(flat), spread, strict=False):
             slots[slot], records[slot] = (len(parts) - 1, group), more[group]
             flat.remove(slot)
     rows = [(part, group * G + j) for part, group in slots for j in range(G)]
     generation = merge_generations([p for p, _ in parts], rows, pad_id)
-    final = torch.stack([parts[part][1][row] for part, row in rows])  # (N,)
+    final = torch.stack([parts[part][1].rewards[row] for part, row in rows])  # (N,)
     metrics |= timing | {"resampled_groups": float(resampled)}
-    return Rollout(records, generation, final, rewards, metrics)
+    # Each trained completion's own scores and errors, for its rollout row.
+    scores = {n: [parts[p][1].scores[n][r] for p, r in rows] for n in first.scores}
+    errors = {n: [parts[p][1].errors[n][r] for p, r in rows] for n in first.errors}
+    return Rollout(records, generation, final, rewards, metrics, scores, errors)
 
 
 def merge_generations(

@@ -2,9 +2,13 @@
 
 Prompts are left-padded into one batch, each repeated G times (group by group). The model's own
 forward runs the prompts once, then one token at a time with its KV cache. Per token:
-logits / temperature, top-k, top-p (nucleus), one multinomial draw from a seeded
-`torch.Generator`. A sequence ends at EOS or at a stop string (`text.py`); the loop stops when
-every sequence has ended or after `max_new_tokens`. With `keep_logprobs` the loop also keeps
+logits / temperature, top-k, top-p (nucleus), one draw by the inverse of the cumulative
+distribution from that row's own uniform (`row_noise`). A row's uniforms depend only on one
+draw from the run's seeded `torch.Generator` per batch (the same on every rank) and the row's
+place in the whole batch (`first_row` + its index), never on which process samples it: a
+batch split across N processes samples the same completions as one process. A sequence ends
+at EOS or at a stop string (`text.py`); the loop stops when every sequence has ended or after
+`max_new_tokens`. With `keep_logprobs` the loop also keeps
 log pi(y_t) of every sampled token under softmax(logits / T), before top-k / top-p: the policy's
 own distribution, as the training pass computes it. That is pi_old when a batch is reused for
 several updates, at no extra forward pass.
@@ -44,7 +48,9 @@ class Generation:
 
 class Sampler(Protocol):
     """G completions per prompt. With `keep_logprobs`, a sampler that can returns
-    `Generation.logprobs`; one that cannot leaves it None and pi_old is scored by a forward."""
+    `Generation.logprobs`; one that cannot leaves it None and pi_old is scored by a forward.
+    `first_row` is the index of the batch's first row in the whole step's batch (0 in one
+    process; a rank's offset when the batch is split across processes)."""
 
     def generate(
         self,
@@ -52,6 +58,7 @@ class Sampler(Protocol):
         group_size: int,
         params: GenerationParams,
         keep_logprobs: bool = False,
+        first_row: int = 0,
     ) -> Generation: ...
 
 
@@ -69,16 +76,37 @@ def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
     return logits
 
 
+# Odd 64-bit constant (the golden ratio's, as in splitmix64): row seeds far apart.
+_ROW_STRIDE = 0x9E3779B97F4A7C15
+
+
+def row_noise(
+    generator: torch.Generator, first_row: int, rows: int, steps: int, device: torch.device
+) -> Tensor:
+    """Uniforms (rows, steps) in (0, 1], one per row and decode step. Row i's come from a
+    generator seeded by one draw of `generator` and the row's index in the whole batch,
+    `first_row + i`: the same row gets the same draws in whichever process samples it."""
+    base = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
+    own, noise = torch.Generator(), torch.empty(rows, steps, dtype=torch.float64)
+    for i in range(rows):
+        own.manual_seed((base + _ROW_STRIDE * (first_row + i)) % 2**64)
+        torch.rand(steps, generator=own, dtype=torch.float64, out=noise[i])
+    return (1.0 - noise).to(device, torch.float32)  # (rows, steps) in (0, 1]
+
+
 def sample_next(
-    logits: Tensor, params: GenerationParams, generator: torch.Generator, keep: bool
+    logits: Tensor, params: GenerationParams, noise: Tensor, keep: bool
 ) -> tuple[Tensor, Tensor | None]:
-    """One token (N,) per row drawn from logits (N, V); with `keep` its log-prob (N,) under
-    softmax(logits / T), unfiltered."""
+    """One token (N,) per row drawn from logits (N, V) with the row's uniform `noise` (N,);
+    with `keep` its log-prob (N,) under softmax(logits / T), unfiltered."""
     logits = logits.float()  # (N, V)
     if params.temperature != 1.0:
         logits = logits / params.temperature  # (N, V)
     probs = filter_logits(logits, params.top_k, params.top_p).softmax(-1)  # (N, V)
-    token = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (N,)
+    cum = probs.cumsum(-1)  # (N, V)
+    # the first token whose cumulative mass reaches u * total: always one of mass > 0
+    target = noise.unsqueeze(1) * cum[:, -1:]  # (N, 1)
+    token = torch.searchsorted(cum, target).squeeze(1).clamp_(max=probs.shape[-1] - 1)  # (N,)
     if not keep:
         return token, None
     chosen = logits.gather(1, token.unsqueeze(1)).squeeze(1)  # (N,)
@@ -125,11 +153,13 @@ class PlainSampler:
         group_size: int,
         params: GenerationParams,
         keep_logprobs: bool = False,
+        first_row: int = 0,
     ) -> Generation:
         model, device, eos = self.model, self.model.device, self.tokenizer.eos_token_id
         tok = self.tokenizer
         prompt_ids, prompt_mask = encode_groups(tok, prompts, group_size, device)  # (N, P)
         n, kw = prompt_ids.shape[0], cache_keyword(model)
+        noise = row_noise(self.generator, first_row, n, params.max_new_tokens, device)  # (N, T)
         mask, ids = prompt_mask, prompt_ids
         positions = (mask.cumsum(1) - 1).clamp(min=0)  # (N, S) left padding: real tokens from 0
         ended = torch.zeros(n, dtype=torch.bool, device=device)  # (N,)
@@ -139,7 +169,7 @@ class PlainSampler:
             res = model(input_ids=ids, attention_mask=mask, position_ids=positions,
                         use_cache=True, logits_to_keep=1, **{kw: cache})  # fmt: skip
             cache = res[kw]
-            token, logprob = sample_next(res.logits[:, -1], params, self.generator, keep_logprobs)
+            token, logprob = sample_next(res.logits[:, -1], params, noise[:, t], keep_logprobs)
             token = token.masked_fill(ended, pad_id(self.tokenizer))  # (N,) pads after the end
             tokens.append(token)
             kept.append(logprob)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -28,6 +29,16 @@ def _valid(score: float | None) -> bool:
     return score is not None and math.isfinite(score)
 
 
+@dataclass
+class Scored:
+    """A batch's rewards, its metrics, and what each verifier said of each completion."""
+
+    rewards: Tensor  # (N,)
+    metrics: dict[str, float]
+    scores: dict[str, list[float | None]]  # verifier name -> N scores (None: no valid score)
+    errors: dict[str, list[str | None]]  # verifier name -> N error texts (None: no error)
+
+
 def score_completions(
     scorers: list[Scorer],
     batch: list[dict],
@@ -36,12 +47,26 @@ def score_completions(
     on_event: Callable[[str, str, dict], None],
 ) -> tuple[Tensor, dict[str, float]]:
     """Rewards (N,) for the N = len(batch) * group_size completions, and reward/error metrics."""
+    scored = score_batch(scorers, batch, texts, group_size, on_event)
+    return scored.rewards, scored.metrics
+
+
+def score_batch(
+    scorers: list[Scorer],
+    batch: list[dict],
+    texts: list[str],
+    group_size: int,
+    on_event: Callable[[str, str, dict], None],
+) -> Scored:
+    """`score_completions`, keeping each completion's scores and errors (for its rollout row)."""
     samples = [
         {**rec, "completion": text}
         for i, rec in enumerate(batch)
         for text in texts[i * group_size : (i + 1) * group_size]
     ]
     rewards, metrics = torch.zeros(len(samples)), {}  # (N,)
+    per_score: dict[str, list[float | None]] = {}
+    per_error: dict[str, list[str | None]] = {}
     for scorer in scorers:
         scores, errors = scorer.score(samples)
         if len(scores) != len(samples):
@@ -50,13 +75,21 @@ def score_completions(
         values = torch.tensor([float(s) if _valid(s) else 0.0 for s in scores])  # (N,)
         rewards += scorer.weight * values  # (N,)
         failed = [i for i, s in enumerate(scores) if not _valid(s)]
+        per_score[scorer.name] = [float(s) if _valid(s) else None for s in scores]
+        per_error[scorer.name] = [
+            None if _valid(s) else _error_text(errors, i) for i, s in enumerate(scores)
+        ]
         metrics[f"reward/{scorer.name}"] = values.mean().item()
         metrics[f"errors/{scorer.name}"] = float(len(failed))
         if failed:
-            first = (errors[failed[0]] if failed[0] < len(errors) else None) or "no valid score"
+            first = _error_text(errors, failed[0])
             on_event(
                 "verifier_errors",
                 f"verifier {scorer.name!r} failed on {len(failed)}/{len(samples)} completions",
                 {"verifier": scorer.name, "count": len(failed), "first_error": first},
             )
-    return rewards, metrics
+    return Scored(rewards, metrics, per_score, per_error)
+
+
+def _error_text(errors: list[str | None], i: int) -> str:
+    return (errors[i] if i < len(errors) else None) or "no valid score"

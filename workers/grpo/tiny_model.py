@@ -4,7 +4,8 @@
 `PreTrainedTokenizerFast` to `path` with `save_pretrained` (safetensors), so that
 `AutoModelForCausalLM.from_pretrained(path)` and `AutoTokenizer.from_pretrained(path)` load it
 without a model hub. The vocabulary is one token per printable ASCII character plus newline,
-and the specials `<bos>`, `<eos>`, `<pad>`, `<unk>`. It has no chat template.
+and the specials `<bos>`, `<eos>`, `<pad>`, `<unk>`. It has no chat template unless asked for
+one (`chat_template=True`: `role: content` lines after `<bos>`, then `assistant:`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
 CHARACTERS = [c for c in string.printable if c.isprintable()] + ["\n"]
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
 
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
@@ -47,10 +52,14 @@ def make_tiny_model(
     heads: int = 4,
     intermediate_size: int = 512,
     max_position_embeddings: int = 1024,
+    chat_template: bool = False,
+    dtype: str = "float32",
 ) -> Path:
     """Write a random-init Llama-shaped causal LM and its tokenizer to `path`; return the path."""
     path = Path(path)
     tokenizer = build_char_tokenizer()
+    if chat_template:
+        tokenizer.chat_template = CHAT_TEMPLATE
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
@@ -69,6 +78,7 @@ def make_tiny_model(
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model = model.to(getattr(torch, dtype))  # saved in it, as a bf16 hub model is
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)

@@ -2,7 +2,8 @@
 
 Public API used by the API process (validation, `/test`, `/readyz`) and by the training worker:
 `KINDS`, `VerifierConfigError`, `validate_config`, `pin_composite`, `open_verifier`, `Verifier`,
-`VerifierBudgetExceeded`, `SandboxUnavailableError`, `sandbox_mode`.
+`VerifierBudgetExceeded`, `SandboxUnavailableError`, `sandbox_mode`, `sandbox_memory`,
+`python_leaves`, `BuiltinHost` (the helper process built-in kinds score in).
 Imports neither torch, FastAPI nor Celery.
 """
 
@@ -10,14 +11,16 @@ from __future__ import annotations
 
 from .base import Sample, ScoreResult, Verifier
 from .budget import VerifierBudgetExceeded
-from .composite import Resolver, pin_composite
+from .builtin_host import BuiltinHost
+from .composite import Resolver, pin_composite, python_leaves
 from .config import KINDS, VerifierConfigError, validate_config
 from .factory import open_verifier
 from .python_kind import ChildLimits
-from .sandbox import SandboxUnavailableError, sandbox_mode
+from .sandbox import SandboxUnavailableError, sandbox_memory, sandbox_mode
 
 __all__ = [
     "KINDS",
+    "BuiltinHost",
     "ChildLimits",
     "Resolver",
     "Sample",
@@ -28,6 +31,8 @@ __all__ = [
     "VerifierConfigError",
     "open_verifier",
     "pin_composite",
+    "python_leaves",
+    "sandbox_memory",
     "sandbox_mode",
     "validate_config",
 ]

@@ -7,8 +7,13 @@ contained by the other layers.
 
 Policy: no sockets, no new processes (fork/vfork/clone without CLONE_THREAD; clone3 answers
 ENOSYS so glibc falls back to clone), no exec after start-up, no ptrace or cross-process memory
-access, no mount/namespace/module/keyring/bpf/io_uring calls. Denied calls fail with EPERM so
-user code sees a clean PermissionError; a foreign architecture (x32 ABI) is refused too.
+access, no mount/namespace/module/keyring/bpf/io_uring calls, no SysV IPC (shm*, sem*, msg*),
+POSIX message queues (mq_open) or memfd_create/memfd_secret. SysV shared memory lives in the
+IPC namespace, not in the process: a detached segment escapes RLIMIT_AS (6 x 256 MB stayed
+allocated past the 1 GiB limit until the sandbox died). memfds are anonymous shared memory
+too, and the Python runtime needs none of these (ctypes closures map their trampolines with
+mmap). Denied calls fail with EPERM so user code sees a clean PermissionError; a foreign
+architecture (x32 ABI) is refused too.
 
 Imported only by `_bootstrap.py`: standard library only.
 """
@@ -31,6 +36,9 @@ _DENY_X86_64 = {
     "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
     "fspick": 433, "mount_setattr": 442, "personality": 135, "syslog": 103, "quotactl": 179,
     "pidfd_getfd": 438, "kcmp": 312, "process_madvise": 440,
+    "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65,
+    "semctl": 66, "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
+    "memfd_create": 319, "memfd_secret": 447, "mq_open": 240,
 }  # fmt: skip
 _DENY_AARCH64 = {
     "socket": 198, "socketpair": 199, "bind": 200, "listen": 201, "accept": 202,
@@ -44,6 +52,9 @@ _DENY_AARCH64 = {
     "name_to_handle_at": 264, "open_tree": 428, "move_mount": 429, "fsopen": 430,
     "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "personality": 92,
     "syslog": 116, "quotactl": 60, "pidfd_getfd": 438, "kcmp": 272, "process_madvise": 440,
+    "msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "semget": 190, "semctl": 191,
+    "semtimedop": 192, "semop": 193, "shmget": 194, "shmctl": 195, "shmat": 196, "shmdt": 197,
+    "memfd_create": 279, "memfd_secret": 447, "mq_open": 180,
 }  # fmt: skip
 # machine -> (AUDIT_ARCH_*, deny table, clone, clone3, first foreign-ABI number or None)
 _ARCHES = {

@@ -1,4 +1,6 @@
-"""Built-in verifier kinds; they run in the calling (worker or API) process."""
+"""Built-in verifier kinds. `open_verifier` runs them in a helper process with a per-batch
+deadline (`builtin_host.py`): some of this work can spin in C on a tenant's input (the LaTeX
+clean-up's backtracking below), and only a process can be stopped then."""
 
 from __future__ import annotations
 

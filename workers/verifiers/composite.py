@@ -20,6 +20,7 @@ from typing import Any
 
 from .base import BaseVerifier, Sample, ScoreResult, Verifier
 from .config import CompositeConfig, VerifierConfigError, parse_config
+from .grader_config import grader_python_sandboxes
 
 Resolver = Callable[[str, "int | None"], tuple[int, str, dict[str, Any]]]
 MAX_DEPTH = 4
@@ -81,6 +82,33 @@ def pin_composite(config: dict[str, Any], resolve: Resolver, *, name: str = "") 
     return cfg.model_dump(mode="json")
 
 
+def python_leaves(kind: str, config: dict[str, Any], resolve: Resolver) -> int:
+    """The python sandboxes opening this (stored) verifier starts: 1 for a python verifier,
+    every python leaf below a composite (a part named twice opens twice), 0 otherwise. A part
+    that no longer resolves counts 0: opening it reports the error."""
+    if kind == "python":
+        return 1
+    if kind == "openai_grader":  # a python grader, or a multi grader's python graders
+        return grader_python_sandboxes(config)
+    return _python_leaves(config, resolve, 0) if kind == "composite" else 0
+
+
+def _python_leaves(config: dict[str, Any], resolve: Resolver, depth: int) -> int:
+    if depth > MAX_DEPTH:  # stored composites were checked at registration; stay bounded
+        return 0
+    n = 0
+    for part in config.get("parts", []):
+        try:
+            _, kind, inner = resolve(part["name"], part.get("version"))
+        except LookupError:
+            continue
+        if kind == "composite":
+            n += _python_leaves(inner, resolve, depth + 1)
+        else:
+            n += python_leaves(kind, inner, resolve)
+    return n
+
+
 class CompositeVerifier(BaseVerifier):
     """Σ weight_k · score_k per item; closes its parts on close()."""
 
@@ -105,6 +133,10 @@ class CompositeVerifier(BaseVerifier):
                 else:
                     totals[i] = total + weight * scores[i]  # type: ignore[operator]
         return totals, errors
+
+    def add_cleanup(self, fn: Callable[[], object]) -> None:
+        """Run `fn` at close(), before the parts close (it is pushed last)."""
+        self._stack.callback(fn)
 
     def close(self) -> None:
         self._stack.close()

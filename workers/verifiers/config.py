@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
+from .grader_config import GraderConfigError, parse_grader
 from .patterns import PatternError, compile_pattern, schema_depth, schema_patterns
 from .python_source import analyse_python_source
 
@@ -22,6 +23,7 @@ KINDS: tuple[str, ...] = (
     "json_schema",
     "length",
     "composite",
+    "openai_grader",
 )
 
 MAX_PATTERN_CHARS = 10_000
@@ -222,8 +224,13 @@ def _regex_errors(cfg: RegexConfig) -> list[tuple[ErrorPath, str]]:
     return []
 
 
-def parse_config(kind: str, config: Any) -> _Config:
+def parse_config(kind: str, config: Any) -> BaseModel:
     """Validate and return the pydantic model for `kind` (raises VerifierConfigError)."""
+    if kind == "openai_grader":  # OpenAI's grader object, dispatched on its own `type`
+        try:
+            return parse_grader(config)
+        except GraderConfigError as exc:
+            raise VerifierConfigError(exc.errors) from None
     if kind not in MODELS:
         raise VerifierConfigError(
             [(("kind",), f"unknown verifier kind {kind!r}; expected one of {', '.join(KINDS)}")]

@@ -6,8 +6,11 @@ from typing import Any
 
 from .base import Verifier
 from .builtin import BUILDERS, FunctionVerifier
+from .builtin_host import BuiltinHost, HostedVerifier
 from .composite import Resolver, open_composite
 from .config import JsonSchemaConfig, PythonConfig, parse_config
+from .grader_config import StringCheckGrader, TextSimilarityGrader
+from .grader_kind import open_grader
 from .json_schema_kind import json_schema
 from .python_kind import ChildLimits, PythonVerifier
 
@@ -19,6 +22,7 @@ def open_verifier(
     name: str = "verifier",
     limits: ChildLimits | None = None,
     resolve: Resolver | None = None,
+    host: BuiltinHost | None = None,
 ) -> Verifier:
     """Build a runnable verifier from a (validated or raw) config.
 
@@ -27,23 +31,54 @@ def open_verifier(
     SandboxUnavailableError for `python` when no sandbox is available (see sandbox_mode()).
     `limits` (python only) overrides the child's rlimits. `resolve(name, version)` ->
     (version, kind, config) is required for `composite` (see composite.py).
+
+    Built-in kinds score in a helper process under a per-batch deadline (`builtin_host.py`):
+    `host`'s, which the caller closes, or else one of their own, closed with the verifier.
     """
-    if kind == "composite":
-        if resolve is None:
-            raise TypeError(
-                "a composite verifier needs resolve=(name, version) -> (version, kind, config)"
-            )
-        return open_composite(config, resolve, _open_leaf, name=name, limits=limits)
-    return _open_leaf(kind, config, name, limits)
+    own = host is None
+    shared = BuiltinHost() if host is None else host
+
+    def open_leaf(kind: str, config: dict[str, Any], name: str, limits: Any) -> Verifier:
+        model = parse_config(kind, config)  # refuses a bad config here, not in the helper
+        if isinstance(model, PythonConfig):
+            return PythonVerifier(name, model, limits=limits)
+        if kind == "openai_grader":
+            return open_grader(model, name, shared, limits)  # type: ignore[arg-type]
+        dumped = model.model_dump(mode="json", by_alias=True)
+        return HostedVerifier(name, kind, dumped, shared, owns_host=False)
+
+    try:
+        if kind == "composite":
+            if resolve is None:
+                raise TypeError(
+                    "a composite verifier needs resolve=(name, version) -> (version, kind, config)"
+                )
+            verifier = open_composite(config, resolve, open_leaf, name=name, limits=limits)
+            if own:
+                verifier.add_cleanup(shared.close)
+            return verifier
+        leaf = open_leaf(kind, config, name, limits)
+    except BaseException:
+        if own:
+            shared.close()
+        raise
+    if own and isinstance(leaf, HostedVerifier):
+        leaf.owns_host = True
+    return leaf
 
 
-def _open_leaf(
-    kind: str, config: dict[str, Any], name: str, limits: ChildLimits | None
-) -> Verifier:
-    """Any kind but `composite` (whose parts open through this function)."""
+def in_process_verifier(kind: str, config: dict[str, Any], name: str) -> FunctionVerifier:
+    """A built-in kind scored in this very process: what the helper runs, without a deadline."""
     model = parse_config(kind, config)
-    if isinstance(model, PythonConfig):
-        return PythonVerifier(name, model, limits=limits)
+    if isinstance(model, PythonConfig) or kind == "composite":
+        raise ValueError(f"the {kind} kind does not run in process")
     if isinstance(model, JsonSchemaConfig):
         return FunctionVerifier(name, json_schema(model))
+    if isinstance(model, StringCheckGrader | TextSimilarityGrader):
+        # Imported here: the metric libraries load in the helper only, never in the API.
+        from .grader_scoring import grader_function
+
+        return FunctionVerifier(name, grader_function(model))
+    if kind == "openai_grader":
+        raise ValueError(f"the {getattr(model, 'type', kind)} grader does not run in process")
     return FunctionVerifier(name, BUILDERS[kind](model))

@@ -1,6 +1,8 @@
 """The `json_schema` kind: is the completion JSON that fits a schema (and the reference)?
 
-Runs in the worker process. Remote `$ref`s are never fetched (the `referencing` registry that
+Runs in the built-in kinds' helper process (`builtin_host.py`), whose per-batch deadline also
+bounds what the schema's combinators can cost (`anyOf` over a nested instance grows
+exponentially with its depth). Remote `$ref`s are never fetched (the `referencing` registry that
 jsonschema uses retrieves nothing by default), and the completion is parsed by the standard
 library with a size cap, so a hostile completion costs at most one bounded parse.
 The schema's regexes (`pattern`, `patternProperties`, and so `additionalProperties` beside

@@ -1,6 +1,8 @@
 """One verifier child process: launch (sandboxed or not), frame I/O, kill.
 
-Only the transport lives here; what a frame means is `python_kind`'s business.
+Only the transport lives here; what a frame means is `python_kind`'s business. Every child
+holds one of the host's sandbox slots (`slots.py`) and, where the host offers one, lives in its
+own memory cgroup (`cgroup.py`); both are given back when it is killed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .sandbox import SANDBOX_UID, bwrap_command, unsafe_command
+from . import cgroup, slots
+from .sandbox import SANDBOX_UID, SandboxUnavailableError, bwrap_command, unsafe_command
 
 MAX_RESULT_FRAME = 8 << 20  # 1024 results of at most ~600 bytes each fit easily
 
@@ -39,6 +42,9 @@ class Child:
     nonce: str
     mode: str
     workdir: str | None = None
+    slot: slots.Slot | None = None
+    memory: cgroup.MemoryCgroup | None = None
+    oom_killed: bool = False  # set by kill(): the cgroup's OOM killer ended it
     ready: bool = False
     buf: bytearray = field(default_factory=bytearray)
 
@@ -67,9 +73,20 @@ class Child:
             yield obj
 
 
-def spawn(mode: str, init: dict[str, Any]) -> tuple[Child, bytes]:
+def spawn(mode: str, init: dict[str, Any], *, memory_bytes: int) -> tuple[Child, bytes]:
     """Start a child in `mode` ('bubblewrap' | 'unsafe-subprocess'); returns it and the init
-    frame to send first. The child runs in its own session, so killpg reaches all of it."""
+    frame to send first. The child runs in its own session, so killpg reaches all of it, and
+    in a memory cgroup of `memory_bytes` where the host has one.
+
+    Raises SandboxUnavailableError when the host runs its limit of sandboxes already, or has
+    cgroups but cannot make this one (a sandbox never runs without the limit it should get).
+    """
+    slot = slots.acquire()
+    try:
+        memory = cgroup.create(memory_bytes)
+    except OSError as exc:
+        slot.release()
+        raise SandboxUnavailableError(f"cannot make the sandbox's memory cgroup: {exc}") from exc
     r, w = os.pipe()
     workdir = None
     try:
@@ -78,6 +95,8 @@ def spawn(mode: str, init: dict[str, Any]) -> tuple[Child, bytes]:
         else:  # explicitly allowed: an isolated interpreter in a throw-away directory
             workdir = cwd = tempfile.mkdtemp(prefix="grpo-verifier-")
             argv = unsafe_command(w)
+        if memory is not None:
+            argv = memory.wrap(argv)
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -93,6 +112,9 @@ def spawn(mode: str, init: dict[str, Any]) -> tuple[Child, bytes]:
         os.close(r)
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
+        if memory is not None:
+            memory.remove()
+        slot.release()
         raise
     finally:
         os.close(w)
@@ -105,6 +127,7 @@ def spawn(mode: str, init: dict[str, Any]) -> tuple[Child, bytes]:
     drop_to = SANDBOX_UID if mode == "bubblewrap" and os.geteuid() == 0 else None
     init = {**init, "nonce": nonce, "uid": drop_to, "seccomp": True}
     child = Child(proc=proc, result_fd=r, nonce=nonce, mode=mode, workdir=workdir)
+    child.slot, child.memory = slot, memory
     return child, frame(init)
 
 
@@ -121,8 +144,9 @@ def kill(child: Child) -> int | None:
     Under bubblewrap the sandboxed processes live in their own session and PID namespace
     below bwrap's monitor process. Killing the namespace's init first makes the kernel kill
     every process in the namespace, and lets the monitor reap it and exit (killing the monitor
-    first would orphan init as a zombie of whatever reaps orphans). --die-with-parent and the
-    process-group kill below cover the rest: nothing survives.
+    first would orphan init as a zombie of whatever reaps orphans). --die-with-parent, the
+    process-group kill below and the cgroup (emptied before it is removed) cover the rest:
+    nothing survives. The child's host slot is released last.
     """
     proc = child.proc
     if child.mode == "bubblewrap" and proc.poll() is None:
@@ -144,6 +168,13 @@ def kill(child: Child) -> int | None:
         os.close(child.result_fd)
     if child.workdir:
         shutil.rmtree(child.workdir, ignore_errors=True)
+    memory, child.memory = child.memory, None
+    if memory is not None:  # read before it goes: was this death the cgroup's OOM killer?
+        child.oom_killed = memory.oom_kills() > 0
+        memory.remove()
+    slot, child.slot = child.slot, None
+    if slot is not None:
+        slot.release()
     return rc
 
 

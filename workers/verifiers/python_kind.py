@@ -26,20 +26,28 @@ from . import process
 from .base import BaseVerifier, Sample, ScoreResult
 from .budget import Budget
 from .config import PythonConfig, analyse_python_source
-from .sandbox import require_sandbox
+from .sandbox import TMP_BYTES, require_sandbox
 
 Result = tuple[float | None, str | None]
 
 
 @dataclass(frozen=True)
 class ChildLimits:
-    """rlimits the bootstrap applies before the user code loads."""
+    """rlimits the bootstrap applies before the user code loads, and the sandbox's cgroup."""
 
     memory_bytes: int = 1 << 30  # RLIMIT_AS
     file_bytes: int = 1 << 20  # RLIMIT_FSIZE
     open_files: int = 64  # RLIMIT_NOFILE
     processes: int | None = 1  # RLIMIT_NPROC: no fork, no threads (the child runs as nobody)
     cpu_s: int | None = 3600  # RLIMIT_CPU hard cap over the child's life; per-batch soft cap
+    # memory.max of the sandbox's cgroup, where the host has one; None: what the sandbox may
+    # legitimately hold, its address space plus its /tmp. RLIMIT_AS stays the first line (a
+    # clean MemoryError); the cgroup catches whatever memory escapes it.
+    cgroup_memory_bytes: int | None = None
+
+    @property
+    def cgroup_bytes(self) -> int:
+        return self.cgroup_memory_bytes or self.memory_bytes + TMP_BYTES
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -180,6 +188,7 @@ class PythonVerifier(BaseVerifier):
                     "entry": self.entry,
                     "limits": self.limits.as_dict(),
                 },
+                memory_bytes=self.limits.cgroup_bytes,
             )
             self.stats.spawns += 1
             out += init
@@ -206,6 +215,9 @@ class PythonVerifier(BaseVerifier):
             rc = self._kill()
             self.stats.crashes += 1
             failure = "verifier process died" + process.describe_exit(rc, child.mode)
+            if child.oom_killed:
+                mib = self.limits.cgroup_bytes / (1 << 20)
+                failure += f": out of memory (the sandbox's memory limit is {mib:g} MiB)"
         except _LoadError as exc:
             failure = f"verifier failed to load: {exc}"
         except process.ProtocolError as exc:

@@ -6,7 +6,8 @@ bubblewrap layout, everything read-only except a private tmpfs /tmp:
   /usr/lib for libc/libm/libpython's dependencies; `_bootstrap.py` and `_seccomp.py` at
   /opt/grpo-verifier; allow-listed packages (numpy, sympy, mpmath if installed) each bound at
   /opt/grpo-verifier/site/<name>; nothing else: no project, no venv site-packages (the prefix's
-  own site-packages is hidden under an empty tmpfs), no /etc, no /home, no data dir.
+  own site-packages is hidden under an empty tmpfs), no /etc, no /home, no data dir; / and /dev
+  are remounted read-only, so the sized /tmp is the only place a file can hold memory.
 Namespaces: all of them. As root the user namespace is left out on purpose: bwrap would map the
 sandbox uid onto host root, for which the kernel ignores RLIMIT_NPROC. Instead the trusted
 bootstrap (no user code loaded yet) drops to uid/gid 65534 with setgroups/setgid/setuid, the
@@ -23,6 +24,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from . import cgroup
 
 SANDBOX_UID = 65534  # nobody
 UNSAFE_ENV = "GRPO_ALLOW_UNSAFE_VERIFIERS"
@@ -108,6 +111,11 @@ def _static_args() -> tuple[str, ...]:
         args += ["--tmpfs", str(site / "site-packages")]
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--size", str(TMP_BYTES), "--perms", "1777", "--tmpfs", "/tmp", "--chdir", "/tmp"]
+    # bwrap builds / and /dev as tmpfs without a size limit, owned by the sandbox uid when it
+    # runs in a user namespace: files written there (1 MiB each under RLIMIT_FSIZE, but any
+    # number of them) would hold host memory up to half the RAM. Only /tmp, sized, stays
+    # writable; device nodes still work on a read-only mount.
+    args += ["--remount-ro", "/dev", "--remount-ro", "/"]
     return tuple(args)
 
 
@@ -149,11 +157,21 @@ def unsafe_allowed() -> bool:
 def sandbox_mode() -> str:
     """'bubblewrap' | 'unsafe-subprocess' | 'unavailable': how python verifiers would run now.
 
-    For the API's /readyz and the worker's start-up log.
+    For the API's /readyz and the worker's start-up log, which is also where the memory-cgroup
+    probe first runs and says what sandboxes get on this host (once per process).
     """
     if bwrap_works():
-        return "bubblewrap"
-    return "unsafe-subprocess" if unsafe_allowed() else "unavailable"
+        mode = "bubblewrap"
+    else:
+        mode = "unsafe-subprocess" if unsafe_allowed() else "unavailable"
+    if mode != "unavailable":
+        cgroup.support()
+    return mode
+
+
+def sandbox_memory() -> str:
+    """What holds a sandbox's memory on this host: its cgroup, or the rlimits only and why."""
+    return cgroup.support().describe()
 
 
 def require_sandbox() -> str:

@@ -1,7 +1,8 @@
 """Property test of the job state machine (`service.jobs.lifecycle`): create, then the API's
-cancel, workers' claim, renew, release and finish, lease expiry and lost-message requeue, in any
-order and from two competing workers. No transition leaves a final state, every transition is an
-allowed one, at most one epoch holds the job, and a stale epoch can write nothing."""
+cancel, pause and resume, workers' claim, renew, release, pause and finish, lease expiry and
+lost-message requeue, in any order and from two competing workers. No transition leaves a final
+state, every transition is an allowed one, at most one epoch holds the job, and a stale epoch
+can write nothing."""
 
 from __future__ import annotations
 
@@ -22,9 +23,11 @@ from service.models import FINAL_STATUSES, Dataset, Job, JobEvent, JobMetric, Te
 from service.models.base import utcnow
 
 ALLOWED = {
-    "queued": {"queued", "running", "cancelled"},
-    "running": {"running", "cancelling", "queued", "succeeded", "failed", "cancelled"},
+    "queued": {"queued", "running", "cancelled", "paused"},
+    "running": {"running", "cancelling", "pausing", "queued", "succeeded", "failed", "cancelled"},
     "cancelling": {"cancelling", "succeeded", "failed", "cancelled"},
+    "pausing": {"pausing", "paused", "cancelling", "succeeded", "failed", "cancelled"},
+    "paused": {"paused", "queued", "cancelled"},
 }
 MAX_ATTEMPTS = 3
 WORKERS = st.sampled_from([0, 1])
@@ -76,7 +79,44 @@ class JobLifecycle(RuleBasedStateMachine):
             assert before in FINAL_STATUSES
         else:
             assert before not in FINAL_STATUSES
-            assert after == {"queued": "cancelled", "running": "cancelling"}.get(before, before)
+            moves = {"queued": "cancelled", "paused": "cancelled", "running": "cancelling",
+                     "pausing": "cancelling"}  # fmt: skip
+            assert after == moves.get(before, before)
+        self._step()
+
+    @rule()
+    def api_pause(self) -> None:
+        before = self._status()
+        with self.sessions.begin() as s:
+            asked = lifecycle.request_pause(s, self.job_id, "requested by the API")
+        assert asked == (before in ("queued", "running"))
+        if asked:
+            assert self._status() == {"queued": "paused", "running": "pausing"}[before]
+        self._step()
+
+    @rule()
+    def api_resume(self) -> None:
+        before = self._status()
+        try:
+            with self.sessions.begin() as s:
+                job = s.get(Job, self.job_id)
+                assert job is not None
+                lifecycle.resume(s, job)
+        except lifecycle.WrongStatus:
+            assert before != "paused"
+        else:
+            assert before == "paused" and self._status() == "queued"
+        self._step()
+
+    @rule(worker=WORKERS)
+    def pause_at_step_boundary(self, worker: int) -> None:
+        """The run saw `pausing`, checkpointed and stopped (runner.JobRun.release)."""
+        epoch, before, holder = self.epochs[worker], self._status(), self._epoch()
+        if epoch is None:
+            return
+        with self.sessions.begin() as s:
+            paused = lifecycle.pause_attempt(s, self.job_id, epoch)
+        assert paused == (before == "pausing" and epoch == holder)  # only the holder's run
         self._step()
 
     @rule(worker=WORKERS)
@@ -98,9 +138,9 @@ class JobLifecycle(RuleBasedStateMachine):
         try:
             with self.sessions.begin() as s:
                 status = lifecycle.renew(s, self.job_id, epoch, 60)
-                lifecycle.record_step(s, self.job_id, epoch, 60, 1, {"reward_mean": float(epoch)})
+                lifecycle.record_step(s, self.job_id, epoch, 1, {"reward_mean": float(epoch)})
         except lifecycle.LeaseLost:
-            assert before in FINAL_STATUSES or before == "queued" or epoch != self._epoch()
+            assert before in (*FINAL_STATUSES, "queued", "paused") or epoch != self._epoch()
         else:
             assert status == before and epoch == self._epoch()
         self._step()

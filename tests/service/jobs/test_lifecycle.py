@@ -42,14 +42,14 @@ def test_expired_lease_is_taken_over_and_fences_the_zombie(sessions: sessionmake
     job_id = make_job(sessions)
     with sessions.begin() as s:
         old = lifecycle.claim(s, job_id, 60)
-        lifecycle.record_step(s, job_id, old, 60, 1, {"reward_mean": 0.1})
+        lifecycle.record_step(s, job_id, old, 1, {"reward_mean": 0.1})
     with sessions.begin() as s:  # the old worker stops heartbeating; its lease runs out
         s.execute(update(Job).where(Job.id == job_id).values(lease_until=utcnow() - timedelta(1)))
     with sessions.begin() as s:
         new = lifecycle.claim(s, job_id, 60)
     assert new == old + 1
     with pytest.raises(lifecycle.LeaseLost), sessions.begin() as s:
-        lifecycle.record_step(s, job_id, old, 60, 2, {"reward_mean": 9.9})
+        lifecycle.record_step(s, job_id, old, 2, {"reward_mean": 9.9})
     with sessions.begin() as s:
         assert not lifecycle.finish(s, job_id, old, "succeeded")
         assert lifecycle.finish(s, job_id, new, "succeeded")
@@ -68,7 +68,7 @@ def test_finished_job_cannot_be_claimed_or_written(sessions: sessionmaker[Sessio
     with sessions.begin() as s:
         assert lifecycle.claim(s, job_id, 60) is None
     with pytest.raises(lifecycle.LeaseLost), sessions.begin() as s:
-        lifecycle.fence(s, job_id, epoch, 60)
+        lifecycle.fence(s, job_id, epoch)
 
 
 def test_migrations_downgrade_and_upgrade_again(db_url: str) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from service.jobs import runner
+from service.jobs import uploads
 from service.storage import LocalStorage
 
 
@@ -28,18 +28,18 @@ class FlakyStorage(LocalStorage):
 
 
 def test_upload_retries_until_stored_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(uploads.time, "sleep", lambda _s: None)
     archive = tmp_path / "a.tar"
     archive.write_bytes(b"x" * 1000)
     storage = FlakyStorage(tmp_path / "objects", ["raise", "truncate"])
-    runner.upload_verified(storage, "k/step-1.tar", archive, 1000)
+    uploads.upload_verified(storage, "k/step-1.tar", archive, 1000)
     assert storage.get_bytes("k/step-1.tar") == b"x" * 1000
 
 
 def test_upload_gives_up_with_the_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(uploads.time, "sleep", lambda _s: None)
     archive = tmp_path / "a.tar"
     archive.write_bytes(b"x" * 1000)
     storage = FlakyStorage(tmp_path / "objects", ["raise"] * 4)
     with pytest.raises(ConnectionError, match="unreachable"):
-        runner.upload_verified(storage, "k/step-1.tar", archive, 1000)
+        uploads.upload_verified(storage, "k/step-1.tar", archive, 1000)

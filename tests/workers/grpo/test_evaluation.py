@@ -101,11 +101,12 @@ def test_a_gamed_verifier_raises_the_alarm_in_a_real_run(tiny_model, digit_score
     with the `reward_hacking_suspected` event. Nothing here is scripted: real sampling, scoring
     and updates on the tiny model (seeded, CPU)."""
     records = [{"prompt": f"Digit {d}:", "digit": d} for d in (2, 5)]
+    # seed 1: a run whose draws (`sampling.row_noise`) show the drift within these few steps
     learn = small_spec(tiny_model, steps=8, prompts_per_step=4, group_size=8, beta=0.04,
-                       max_new_tokens=8)  # fmt: skip
+                       max_new_tokens=8, seed=1)  # fmt: skip
     learned = train(learn, records, [digit_scorer], tmp_path / "learn", Recorder())
     gamed = small_spec(learned.final_checkpoint, steps=12, prompts_per_step=4, group_size=8,
-                       beta=0.0, max_new_tokens=8, spec={"eval_every": 2})  # fmt: skip
+                       beta=0.0, max_new_tokens=8, spec={"eval_every": 2}, seed=1)  # fmt: skip
     hooks = Recorder()
     train(gamed, records, [OffByOneScorer()], tmp_path / "gamed", hooks, eval_records=records,
           eval_scorers=[digit_scorer])  # fmt: skip

@@ -108,3 +108,19 @@ def test_bad_local_specs_are_refused(tiny_model, tmp_path, overrides, message):
 def test_training_knobs_are_validated(tiny_model, tmp_path):
     with pytest.raises(ValueError, match="group_size"):
         load_local_job(_write(tmp_path, tiny_model, grpo={"group_size": 1}))
+
+
+def test_cli_refuses_to_resume_from_a_final_checkpoint(tiny_model, tmp_path):
+    spec = _write(tmp_path, tiny_model, verifiers=[REGEX_VERIFIER], keep_checkpoints=1)
+    out = tmp_path / "out"
+    first = CliRunner().invoke(app, ["train", str(spec), "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    final = out / "checkpoints" / "step-000002"
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000001", final.name]
+    assert not (final / "trainer_state.pt").exists()
+    result = CliRunner().invoke(
+        app, ["train", str(spec), "--out", str(tmp_path / "o2"), "--resume-from", str(final)]
+    )
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "no trainer_state.pt (a final checkpoint" in " ".join(result.stderr.split())
+    assert not (tmp_path / "o2").exists()

@@ -226,6 +226,102 @@ def test_write_outside_tmp_never_reaches_the_host(guard, tmp_path):
         assert not Path(t).exists(), t
 
 
+def test_root_and_dev_are_read_only_mounts(guard):
+    """bwrap makes / and /dev as unbounded tmpfs, owned by the sandbox uid in a user namespace
+    (non-root workers): files there would hold host memory past every rlimit. Only the sized
+    /tmp is writable; device nodes still work."""
+    src = """
+        import os
+        def verify(prompt, completion):
+            if completion == "devnull":
+                with open("/dev/null", "w") as f:
+                    f.write("x")
+                return 1.0
+            return float(bool(os.statvfs(completion).f_flag & os.ST_RDONLY))
+    """
+    v = guard.open(src)
+    paths = ["/", "/dev", "/dev/shm", "/opt/grpo-verifier", "/tmp"]
+    scores, errors = guard.score(v, [s(p) for p in paths] + [s("devnull")])
+    assert errors == [None] * 6
+    assert scores == [1.0, 1.0, 1.0, 1.0, 0.0, 1.0]
+
+
+# ----------------------------------------------------------------------------- memory
+
+SYSV_SHM = """
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    libc.shmdt.argtypes = [ctypes.c_void_p]
+    IPC_PRIVATE, IPC_CREAT, SEGMENT = 0, 0o1000, 256 << 20
+    def verify(prompt, completion):
+        if completion == "segments":  # what this sandbox's IPC namespace still holds
+            with open("/proc/sysvipc/shm") as f:
+                return float(len(f.read().splitlines()) - 1)
+        if completion != "attack":
+            return 1.0
+        for _ in range(6):  # 1.5 GB, past the 1 GiB RLIMIT_AS, each detached once touched
+            shmid = libc.shmget(IPC_PRIVATE, SEGMENT, IPC_CREAT | 0o600)
+            if shmid < 0:
+                raise OSError(ctypes.get_errno(), "shmget")
+            addr = libc.shmat(shmid, None, 0)
+            if addr is None or addr == ctypes.c_void_p(-1).value:
+                raise OSError(ctypes.get_errno(), "shmat")
+            ctypes.memset(addr, 1, SEGMENT)
+            libc.shmdt(addr)
+        return 1.0
+"""
+
+
+def _host_shmem_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("Shmem:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no Shmem in /proc/meminfo")
+
+
+def test_sysv_shared_memory_cannot_hold_memory_past_the_limit(guard):
+    """The reproduction: 6 x 256 MB of SysV shared memory, detached after use, used to stay
+    allocated past RLIMIT_AS until the sandbox died. shmget is now denied."""
+    v = guard.open(SYSV_SHM, timeout_s=20, score_range=[0, 100])
+    before = _host_shmem_bytes()
+    scores, errors = guard.score(v, [s("attack"), s("segments")])
+    assert scores[0] is None and errors[0] == "PermissionError: [Errno 1] shmget", errors
+    assert scores[1] == 0.0  # no segment left in the sandbox's IPC namespace
+    assert _host_shmem_bytes() - before < 256 << 20  # (was +1536 MB)
+    recovers(guard, v)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "libc.shmget(0, 4096, 0o1600)",
+        "libc.shmat(0, None, 0)",
+        "libc.shmctl(0, 0, None)",
+        "libc.semget(0, 1, 0o1600)",
+        "libc.msgget(0, 0o1600)",
+        "libc.syscall(319, b'x', 0)",  # memfd_create
+        "libc.syscall(240, b'/q', 0o100, 0o600, None)",  # mq_open
+    ],
+)
+def test_ipc_and_anonymous_shared_memory_are_denied(guard, call):
+    src = f"""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        def verify(prompt, completion):
+            rc = {call}
+            return float(ctypes.get_errno()) if rc == -1 else -1.0
+    """
+    v = guard.open(src, score_range=[-1, 100])
+    assert guard.score(v, [s("a")]) == ([1.0], [None])  # EPERM
+
+
+def test_os_memfd_create_is_a_clean_permission_error(guard):
+    v = guard.open(when_x("os.memfd_create('x')"))
+    scores, errors = guard.score(v, [s("x"), s("ok")])
+    assert scores == [None, 1.0] and errors[0].startswith("PermissionError"), errors
+
+
 # ----------------------------------------------------------------------------- secrets
 
 

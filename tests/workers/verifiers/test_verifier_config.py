@@ -28,6 +28,7 @@ def test_kinds():
         "json_schema",
         "length",
         "composite",
+        "openai_grader",
     )
 
 

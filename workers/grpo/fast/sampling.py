@@ -10,8 +10,8 @@
 - With `record` (and a batch of groups, G > 1: a training rollout, not evaluation's single
   completions) the lean decoder records its linear maps' outputs (`replay.DecodeRecord`, in
   `Generation.backend_state`), which the on-policy training forward replays.
-The draws are the reference decoder's: the same generator calls in the same order, the retired
-rows' draws (all pads) taken from uniform logits.
+The draws are the reference decoder's: the same per-row uniforms (`sampling.row_noise`), the
+retired rows' draws (all pads) taken from uniform logits.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from workers.grpo.config import GenerationParams
 from workers.grpo.fast.lean_decode import LeanDecoder
 from workers.grpo.fast.lean_forward import prompt_groups
 from workers.grpo.fast.replay import DecodeRecord
-from workers.grpo.sampling import Generation, assemble, cache_keyword, sample_next
+from workers.grpo.sampling import Generation, assemble, cache_keyword, row_noise, sample_next
 from workers.grpo.text import Prompt, encode_groups, find_stops, pad_id
 
 # Rows that have ended stop being decoded (the decoder drops them, cache rows included)
@@ -146,6 +146,7 @@ class FastSampler:
         group_size: int,
         params: GenerationParams,
         keep_logprobs: bool = False,
+        first_row: int = 0,
     ) -> Generation:
         device = self.model.device
         tok = self.tokenizer
@@ -154,9 +155,11 @@ class FastSampler:
         # its tensors are cloned on the way out, as the training pass saves some for backward.
         threads = self.cpu_threads if device.type == "cpu" else None
         record = self.record and group_size > 1
+        n = prompt_ids.shape[0]
+        noise = row_noise(self.generator, first_row, n, params.max_new_tokens, device)  # (N, T)
         with _intra_op_threads(threads), torch.inference_mode():
             tokens, ended, stop_len, logprobs, tape = self._decode(
-                prompt_ids, prompt_mask, params, keep_logprobs, record
+                prompt_ids, prompt_mask, params, keep_logprobs, record, noise
             )
         logprobs = None if logprobs is None else logprobs.clone()
         out = assemble(self.tokenizer, prompt_ids, prompt_mask, tokens.clone(), ended.clone(),
@@ -173,8 +176,10 @@ class FastSampler:
         params: GenerationParams,
         keep: bool,
         record: bool,
+        noise: Tensor,
     ) -> tuple[Tensor, Tensor, list[int | None], Tensor | None, DecodeRecord | None]:
-        """Sampled tokens (N, T), ended flags (N,), per-row length at a stop string, with
+        """Sampled tokens (N, T) drawn with `noise` (N, T), ended flags (N,), per-row length at
+        a stop string, with
         `keep` the log-probs (N, T) of the sampled tokens, with `record` (lean decoder only)
         the record of the decode steps."""
         eos, pad = self.tokenizer.eos_token_id, pad_id(self.tokenizer)
@@ -194,7 +199,7 @@ class FastSampler:
         out, kept = [], []
         live: Tensor | None = None  # (A,) the rows the decoder still decodes; None: all
         for t in range(params.max_new_tokens):
-            nxt, logprob = sample_next(logits, params, self.generator, keep)  # (N,)
+            nxt, logprob = sample_next(logits, params, noise[:, t], keep)  # (N,)
             nxt = nxt.masked_fill(ended, pad)  # (N,)
             out.append(nxt)
             kept.append(logprob)

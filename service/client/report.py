@@ -135,12 +135,41 @@ def _summary(job: JobOut, metrics: list[dict[str, Any]]) -> list[list[Any]]:
     return [[k, f"{v:.4g}" if isinstance(v, float) else v] for k, v in rows if v is not None]
 
 
+SAMPLES_EACH_END = 3  # the best and the worst completions of the last step shown
+MAX_SAMPLE_ROWS = 2000  # rows of that step read at most
+
+
+def _samples(rows: list[Any]) -> str:
+    """The last stored step's best and worst completions, with their scores and advantages."""
+    if not rows:
+        return (
+            "<p>No rollouts stored for this job (its spec says <code>rollouts: none</code>, or "
+            "it has not trained a step yet).</p>"
+        )
+    ranked = sorted(rows, key=lambda r: r.reward, reverse=True)
+    picked = ranked[:SAMPLES_EACH_END] + ranked[SAMPLES_EACH_END:][-SAMPLES_EACH_END:]
+    table = [
+        [r.group, r.index, f"{r.reward:.3g}", None if r.advantage is None else f"{r.advantage:.3g}",
+         ", ".join(f"{k}={'error' if v is None else f'{v:.3g}'}" for k, v in r.scores.items()),
+         r.prompt[-200:], r.completion[:600]]
+        for r in picked
+    ]  # fmt: skip
+    mean = sum(r.reward for r in rows) / len(rows)
+    head = (
+        f"<p>Step {rows[0].step}: {len(rows)} completions, reward mean {mean:.4g}; "
+        f"the {SAMPLES_EACH_END} best and the {SAMPLES_EACH_END} worst.</p>"
+    )
+    columns = ["group", "#", "reward", "advantage", "scores", "prompt (end)", "completion"]
+    return head + _table(columns, table)
+
+
 def render_report(
     job: JobOut,
     metrics: list[dict[str, Any]],
     events: list[EventOut],
     checkpoints: list[CheckpointOut],
     verifiers: list[dict[str, Any]],
+    samples: list[Any] | None = None,
 ) -> str:
     """The report as one HTML string (no external resources)."""
     alarms = [e for e in events if e.type == "reward_hacking_suspected"]
@@ -164,6 +193,7 @@ def render_report(
 {banner}
 {_table(["", ""], _summary(job, metrics))}
 <h2>Curves</h2><div class="charts">{_charts(metrics)}</div>
+<h2>Samples</h2>{_samples(samples or [])}
 <h2>Verifiers</h2>{_table(["role", "name", "version", "weight", "kind", "sha256"], ver_rows)}
 <h2>Checkpoints</h2>{_table(["step", "format", "bytes", "sha256", "id"], ckpt_rows)}
 <h2>Events</h2>{_table(["at", "type", "message"], ev_rows, ev_class)}
@@ -197,7 +227,19 @@ def build_report(client: Client, job_id: str) -> str:
         client.jobs.events(job_id),
         client.checkpoints.list(job_id),
         _verifiers(client, job.spec),
+        _last_step_rollouts(client, job),
     )
+
+
+def _last_step_rollouts(client: Client, job: JobOut) -> list[Any]:
+    if job.step < 1:
+        return []
+    rows = []
+    for row in client.jobs.rollouts(job.id, step=job.step, split="train"):
+        rows.append(row)
+        if len(rows) >= MAX_SAMPLE_ROWS:
+            break
+    return rows
 
 
 def write_report(job_id: str, out: str, url: str | None, api_key: str | None) -> str:

@@ -1,0 +1,151 @@
+"""The API's side of inference: which weights a tenant's `model` names (a catalog model, or one
+of the tenant's checkpoints; another tenant's is a 404 exactly as a missing one), what the
+backend is asked for, and the backend's answers (errors become problems).
+
+Backends: `grpo` (`grpo-service serve`) resolves the same id from the database itself;
+`openai` (vLLM, SGLang) serves catalog models under their catalog names, and adapter
+checkpoints once they are unpacked under `GRPO_INFERENCE_LORA_DIR` and loaded through its
+`/v1/load_lora_adapter`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy.orm import Session
+
+from service.catalog.service import find_model, find_tenant_checkpoint
+from service.jobs.archive import extract_tar
+from service.models import Checkpoint
+from service.problems import ProblemError, not_found
+from service.settings import Settings
+from service.storage import ObjectStorage
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the backend is asked to run: `model` as it knows it."""
+
+    model: str
+    adapter: Checkpoint | None = None  # openai backend: an adapter checkpoint to load first
+    lineage: bool = False  # the adapter sits on other checkpoints (merged at load)
+    full: bool = False  # a full-weights checkpoint
+
+
+def resolve(session: Session, tenant_id: str, model: str) -> Target:
+    if model.startswith("ckpt_"):
+        found = find_tenant_checkpoint(session, tenant_id, model)
+        if found is None:
+            raise not_found("model", model)
+        ckpt, job = found
+        session.expunge(ckpt)
+        return Target(
+            model,
+            adapter=ckpt if ckpt.format != "full" else None,
+            lineage=bool(job.spec.get("lineage")),
+            full=ckpt.format == "full",
+        )
+    if find_model(session, model) is None:
+        raise not_found("model", model)
+    return Target(model)
+
+
+def unavailable(detail: str) -> ProblemError:
+    return ProblemError(503, "Service Unavailable", detail, headers={"Retry-After": "5"})
+
+
+def backend_url(settings: Settings) -> str:
+    if not settings.inference_url:
+        raise unavailable("no inference backend is configured (GRPO_INFERENCE_URL)")
+    return settings.inference_url.rstrip("/")
+
+
+def headers(settings: Settings) -> dict[str, str]:
+    token = settings.inference_token
+    return {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
+
+
+def backend_problem(status: int, body: bytes) -> ProblemError:
+    """The backend's error as a problem: its 4xx say what was wrong with the request; anything
+    else is the backend's failure (502)."""
+    message = _message(body)
+    if 400 <= status < 500 and status not in (401, 403):
+        title = {404: "Not Found", 429: "Too Many Requests"}.get(status, "Bad Request")
+        return ProblemError(status if status in (404, 429) else 400, title, message)
+    return ProblemError(502, "Bad Gateway", f"inference backend answered {status}: {message}")
+
+
+def _message(body: bytes) -> str:
+    import json
+
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body.decode(errors="replace")[:500] or "no detail"
+    err = data.get("error") if isinstance(data, dict) else None
+    if isinstance(err, dict) and err.get("message"):
+        return str(err["message"])
+    if isinstance(data, dict) and data.get("detail"):
+        return str(data["detail"])
+    return str(data)[:500]
+
+
+# Adapters this API process has had the openai backend load (it keeps them until restarted;
+# a second load of the same name is answered 400 "already loaded", also fine).
+_loaded_adapters: set[str] = set()
+
+
+def prepare_openai_adapter(
+    target: Target, settings: Settings, storage: ObjectStorage, client: httpx.Client
+) -> None:
+    """Unpack an adapter checkpoint where the backend reads it and load it there by its id."""
+    if target.full or target.lineage:
+        raise ProblemError(
+            400,
+            "Bad Request",
+            f"{target.model}: this service's inference backend serves catalog models and "
+            "adapter checkpoints trained on them, not full or stacked checkpoints",
+        )
+    ckpt = target.adapter
+    if ckpt is None or ckpt.id in _loaded_adapters:
+        return
+    if settings.inference_lora_dir is None:
+        raise ProblemError(400, "Bad Request", "this service's inference backend takes no adapters")
+    path = _unpack(ckpt, settings.inference_lora_dir, storage)
+    r = client.post(
+        f"{backend_url(settings)}/v1/load_lora_adapter",
+        json={"lora_name": ckpt.id, "lora_path": str(path)},
+        headers=headers(settings),
+    )
+    if r.status_code >= 400 and "already" not in r.text.lower():
+        raise backend_problem(r.status_code, r.content)
+    _loaded_adapters.add(ckpt.id)
+
+
+def _unpack(ckpt: Checkpoint, root: Path, storage: ObjectStorage) -> Path:
+    target = root.expanduser().resolve() / ckpt.id
+    if target.is_dir():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=target.parent, prefix=".unpack-"))
+    try:
+        storage.download_file(ckpt.object_key, work / "ckpt.tar")
+        extract_tar(work / "ckpt.tar", work / "dir")
+        try:
+            (work / "dir").rename(target)
+        except OSError:
+            if not target.is_dir():
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def forward_body(body: Any) -> dict[str, Any]:
+    """The validated body as the backend gets it: only what the caller set."""
+    return body.model_dump(exclude_unset=True, exclude_none=True)

@@ -1,0 +1,72 @@
+"""A job's `base_model`, resolved at submission: a catalog name, or one of the tenant's own
+checkpoint ids. Nothing else is accepted (no paths, no URLs, no unregistered Hub ids), and the
+refusal reads the same whatever the string names on any machine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session
+
+from service.catalog.service import find_model, find_tenant_checkpoint
+from service.models import CatalogModel, Checkpoint
+from service.problems import FieldError
+
+CHECKPOINT_PREFIX = "ckpt_"
+MAX_LINEAGE = 32  # adapters on adapters: each is merged in turn when the job loads
+
+
+@dataclass
+class ResolvedBase:
+    model: CatalogModel  # the catalog model under the weights
+    parent: Checkpoint | None = None  # the checkpoint this job starts from, if any
+    # The checkpoints the starting weights are built from, nearest first: the parent, then
+    # (while the parent is an adapter) the bases of its own job. None of them may be deleted
+    # while this job is live.
+    lineage: list[str] = field(default_factory=list)
+
+
+def _refusal(value: str) -> FieldError:
+    shown = value if len(value) <= 80 else value[:77] + "..."
+    return FieldError(
+        path="$.base_model",
+        message=f"{shown!r} is neither a catalog model nor a checkpoint of yours "
+        "(GET /v1/models lists both)",
+    )
+
+
+def resolve_base(
+    session: Session, tenant_id: str, value: str
+) -> tuple[ResolvedBase | None, FieldError | None]:
+    if value.startswith(CHECKPOINT_PREFIX):
+        return _from_checkpoint(session, tenant_id, value)
+    model = find_model(session, value)
+    if model is None:
+        return None, _refusal(value)
+    return ResolvedBase(model), None
+
+
+def _from_checkpoint(
+    session: Session, tenant_id: str, checkpoint_id: str
+) -> tuple[ResolvedBase | None, FieldError | None]:
+    found = find_tenant_checkpoint(session, tenant_id, checkpoint_id)
+    if found is None:  # another tenant's checkpoint reads exactly like a missing one
+        return None, _refusal(checkpoint_id)
+    checkpoint, job = found
+    root = job.base_model or job.spec.get("base_model", "")
+    model = find_model(session, root)
+    if model is None:
+        return None, FieldError(
+            path="$.base_model",
+            message=f"{checkpoint_id} was trained from {root!r}, which the catalog no longer has",
+        )
+    lineage = [checkpoint.id]
+    if checkpoint.format != "full":  # an adapter needs its own job's starting weights too
+        lineage += list(job.spec.get("lineage", []))
+    if len(lineage) > MAX_LINEAGE:
+        return None, FieldError(
+            path="$.base_model",
+            message=f"{checkpoint_id} sits on {len(lineage) - 1} adapters; at most "
+            f"{MAX_LINEAGE - 1} (start from a checkpoint with merged or full weights)",
+        )
+    return ResolvedBase(model, checkpoint, lineage), None

@@ -1,0 +1,75 @@
+"""Per-tenant device-hour budgets (docs/usage.md): the operator sets one per tenant
+(`grpo-service tenants set-budget`); it counts every device-second the tenant's jobs recorded,
+for all time. At or over it, a submission answers 402 and a running job is asked to pause at
+its next step boundary. No web framework here: the API and the training process share it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.jobs import lifecycle
+from service.models import JobUsage, Tenant
+from service.problems import ProblemError
+
+BUDGET_PROBLEM = "https://grpo-service.dev/problems/budget-exhausted"
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    limit_hours: float
+    used_hours: float
+
+    @property
+    def exhausted(self) -> bool:
+        return self.used_hours >= self.limit_hours
+
+    def describe(self) -> str:
+        return f"used {self.used_hours:.3g} of {self.limit_hours:.3g} h"
+
+    def as_dict(self) -> dict[str, float]:
+        return {"device_hours_limit": self.limit_hours, "device_hours_used": self.used_hours}
+
+
+def device_seconds_used(session: Session, tenant_id: str) -> float:
+    total = session.scalar(
+        select(func.coalesce(func.sum(JobUsage.device_seconds), 0.0)).where(
+            JobUsage.tenant_id == tenant_id
+        )
+    )
+    return float(total or 0.0)
+
+
+def budget_state(session: Session, tenant_id: str) -> BudgetState | None:
+    """The tenant's budget and what its jobs used of it; None when it has no budget."""
+    limit = session.scalar(select(Tenant.budget_device_hours).where(Tenant.id == tenant_id))
+    if limit is None:
+        return None
+    return BudgetState(float(limit), device_seconds_used(session, tenant_id) / 3600)
+
+
+def refuse_over_budget(session: Session, tenant_id: str) -> None:
+    """402 for new work of a tenant at or over its budget (waiting does not help: no
+    Retry-After; the operator raises or clears the budget)."""
+    state = budget_state(session, tenant_id)
+    if state is None or not state.exhausted:
+        return
+    error = ProblemError(
+        402,
+        "Payment Required",
+        f"device-hour budget exhausted ({state.describe()}): ask the operator to raise it",
+    )
+    error.problem.type = BUDGET_PROBLEM
+    raise error
+
+
+def pause_if_over_budget(session: Session, job_id: str, tenant_id: str) -> bool:
+    """At a step boundary, once the step's usage is recorded: a running job of a tenant at or
+    over its budget is asked to pause (it checkpoints at its next boundary and stops)."""
+    state = budget_state(session, tenant_id)
+    if state is None or not state.exhausted:
+        return False
+    reason = f"device-hour budget exhausted ({state.describe()})"
+    return lifecycle.request_pause(session, job_id, reason, {"budget": state.as_dict()})

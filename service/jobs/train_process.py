@@ -1,0 +1,54 @@
+"""The training process: `python -m service.jobs.train_process JOB_ID EPOCH WATCHDOG_PID`.
+
+Started by the watchdog (`watchdog.py`) that claimed the job, in a process group of its own,
+with the progress pipe's descriptor in GRPO_PROGRESS_FD. Everything tenant-driven that runs on
+the worker (the engine on the tenant's data, the verifier sandboxes and built-in helper it
+starts) runs here or below, never in the process that renews the lease. It dies with its
+watchdog (PR_SET_PDEATHSIG), and its exit status tells the watchdog what is left to do
+(`runner.DONE`, `runner.LEFT_TO_RECONCILER`; anything else is a crash).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+
+from service.process_group import die_with_parent
+
+
+def main(argv: list[str]) -> int:
+    job_id, epoch, watchdog = argv[0], int(argv[1]), int(argv[2])
+    # SIGTERM (the watchdog passing on a worker's shutdown) may come while torch still loads:
+    # it is kept and honoured at the first step boundary (checkpoint, hand the job back).
+    release = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: release.set())
+    die_with_parent(signal.SIGKILL)  # never outlive the watchdog: nobody would renew the lease
+    if os.getppid() != watchdog:  # it died before the kernel could be told
+        return 1
+
+    from service.db import end_idle_transactions_after, session_scope
+    from service.jobs.progress import Beacon
+    from service.jobs.runner import run_claimed
+    from service.models import Job
+    from service.settings import get_settings
+    from workers.observability import JsonFormatter
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    settings = get_settings()
+    end_idle_transactions_after(settings.lease_seconds)
+    beacon = Beacon.from_env()
+    with session_scope() as session:
+        job = session.get(Job, job_id)
+        if job is None or job.epoch != epoch:
+            return 0  # taken over before we started: nothing of it is ours
+        session.expunge(job)
+    return run_claimed(job, epoch, settings, beacon, release)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,137 @@
+"""Which queues have a live worker: every `grpo-service worker` and `up` process writes one row
+per queue it consumes (worker id, queue, host, pid, last seen) and renews it every
+`GRPO_HEARTBEAT_SECONDS`; a graceful stop deletes its rows, a killed worker's go stale.
+
+The API reads it at submission: a job sent to a declared queue that no live worker serves
+would wait forever without a word, so it gets a `no_worker` warning event (it is still
+accepted: a worker may be on its way, as in an autoscaled pool). The table is written by the
+worker's own process, not the training process, so a training step that spins for minutes
+cannot make a worker look dead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session
+
+from service.db import session_scope
+from service.jobs import lifecycle
+from service.models import Job, WorkerHeartbeat
+from service.models.base import utcnow
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# A worker is live while its row was renewed within this many heartbeats: one missed beat
+# (a slow database, a GC pause) is not a death.
+LIVE_BEATS = 3
+# Rows of workers that died without a goodbye are deleted after this long: long enough to tell
+# an operator which worker went away, short enough that the table stays small.
+FORGET_AFTER = timedelta(days=1)
+
+
+def live_window(settings: Settings) -> timedelta:
+    return timedelta(seconds=LIVE_BEATS * settings.heartbeat_seconds)
+
+
+def beat(session: Session, worker_id: str, queues: Sequence[str], now: datetime) -> None:
+    """Renew this worker's rows, creating them on its first beat. Only this worker writes
+    them, so update-then-insert cannot race with another writer."""
+    for queue in queues:
+        renewed = session.execute(
+            update(WorkerHeartbeat)
+            .where(WorkerHeartbeat.worker_id == worker_id, WorkerHeartbeat.queue == queue)
+            .values(last_seen_at=now)
+            .execution_options(synchronize_session=False)
+        ).rowcount
+        if not renewed:
+            hostname, _, pid = worker_id.rpartition(":")
+            session.add(
+                WorkerHeartbeat(
+                    worker_id=worker_id,
+                    queue=queue,
+                    hostname=hostname,
+                    pid=int(pid) if pid.isdigit() else 0,
+                    started_at=now,
+                    last_seen_at=now,
+                )
+            )
+    session.execute(
+        delete(WorkerHeartbeat)
+        .where(WorkerHeartbeat.last_seen_at < now - FORGET_AFTER)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def forget(session: Session, worker_id: str) -> None:
+    session.execute(
+        delete(WorkerHeartbeat)
+        .where(WorkerHeartbeat.worker_id == worker_id)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def live_workers(session: Session, queue: str, settings: Settings) -> int:
+    since = utcnow() - live_window(settings)
+    return (
+        session.scalar(
+            select(func.count()).where(
+                WorkerHeartbeat.queue == queue, WorkerHeartbeat.last_seen_at >= since
+            )
+        )
+        or 0
+    )
+
+
+def warn_if_unserved(session: Session, job: Job, settings: Settings) -> bool:
+    """Add a `no_worker` event to a just-created job whose queue has no live worker."""
+    if live_workers(session, job.queue, settings):
+        return False
+    message = (
+        f"no live worker serves queue '{job.queue}': the job stays queued until a worker "
+        f"for it starts (grpo-service worker --queue {job.queue})"
+    )
+    lifecycle.add_event(session, job.id, "no_worker", message, {"queue": job.queue})
+    return True
+
+
+def this_worker() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@contextmanager
+def registered(queues: Sequence[str], settings: Settings) -> Iterator[None]:
+    """Keep this process's rows for `queues` renewed while the block runs; delete them after.
+    A database that is down only delays the beats: the worker itself runs on."""
+    worker_id, stop = this_worker(), threading.Event()
+
+    def run() -> None:
+        while True:
+            try:
+                with session_scope() as session:
+                    beat(session, worker_id, queues, utcnow())
+            except Exception:
+                log.warning("worker heartbeat failed; retrying", exc_info=True)
+            if stop.wait(settings.heartbeat_seconds):
+                return
+
+    thread = threading.Thread(target=run, name="worker-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        try:
+            with session_scope() as session:
+                forget(session, worker_id)
+        except Exception:  # its rows go stale instead
+            log.warning("could not remove this worker's heartbeat rows", exc_info=True)

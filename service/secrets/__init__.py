@@ -1,0 +1,1 @@
+"""Tenant secrets: write-only, encrypted credentials (trackers' API keys)."""

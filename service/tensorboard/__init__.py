@@ -1,0 +1,1 @@
+"""A job's TensorBoard event files, downloaded (`report_to: [tensorboard]`)."""

@@ -1,0 +1,1 @@
+"""Webhooks (Standard Webhooks): subscriptions, a transactional outbox, a signing dispatcher."""

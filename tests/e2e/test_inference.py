@@ -1,0 +1,157 @@
+"""Inference through the official `openai` SDK against the real processes of `grpo-service up`
+(API, worker, serve) on the tiny model: chat and text completions, n, seeds, stop strings,
+max_tokens, log-probs, streaming, and the adapters of a trained LoRA job served on one base."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.services import TINY, RunningService, run_service
+from tests.e2e.test_training_flow import submit_digit_job, wait_final
+
+TOKEN = secrets.token_urlsafe(16)
+
+
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[RunningService]:
+    work = tmp_path_factory.mktemp("inference")
+    with run_service({"GRPO_INFERENCE_TOKEN": TOKEN}, work, embedded=True,
+                     model=tiny_model_dir, serve=True) as running:  # fmt: skip
+        yield running
+
+
+@pytest.fixture(scope="module")
+def sdk(svc: RunningService) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{svc.base_url}/v1", api_key=svc.new_key("alice"), max_retries=0)
+
+
+def serve_health(svc: RunningService) -> dict:
+    """serve's own counters, read with the shared token (`up` logs where serve listens)."""
+    log = (svc.log_dir / "up.log").read_text()
+    (url,) = re.findall(r"inference backend \(serve\) on (http://\S+)", log)
+    r = httpx.get(f"{url}/health", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_chat_and_text_completions(sdk: openai.OpenAI) -> None:
+    chat = sdk.chat.completions.create(
+        model=TINY, messages=[{"role": "user", "content": "Hi"}], max_completion_tokens=5
+    )
+    assert chat.object == "chat.completion" and chat.model == TINY
+    (choice,) = chat.choices
+    assert choice.message.role == "assistant" and isinstance(choice.message.content, str)
+    assert choice.finish_reason in ("stop", "length")
+    assert chat.usage.prompt_tokens > 0 and 1 <= chat.usage.completion_tokens <= 5
+    assert chat.usage.total_tokens == chat.usage.prompt_tokens + chat.usage.completion_tokens
+
+    text = sdk.completions.create(model=TINY, prompt="Once", max_tokens=4, temperature=0)
+    assert text.object == "text_completion" and len(text.choices) == 1
+    # the random tiny model never samples EOS greedily from here: it runs to its cap
+    assert text.choices[0].finish_reason == "length" and len(text.choices[0].text) == 4
+    assert text.usage.completion_tokens == 4
+
+
+def test_n_seed_stop_and_length(sdk: openai.OpenAI) -> None:
+    two = sdk.completions.create(model=TINY, prompt="ab", max_tokens=12, n=2, seed=7)
+    assert [c.index for c in two.choices] == [0, 1]
+    assert two.choices[0].text != two.choices[1].text  # two draws, not one copied
+    again = sdk.completions.create(model=TINY, prompt="ab", max_tokens=12, n=2, seed=7)
+    assert [c.text for c in again.choices] == [c.text for c in two.choices]
+    other = sdk.completions.create(model=TINY, prompt="ab", max_tokens=12, n=2, seed=8)
+    assert [c.text for c in other.choices] != [c.text for c in two.choices]
+
+    greedy = sdk.completions.create(model=TINY, prompt="ab", max_tokens=12, temperature=0)
+    full = greedy.choices[0].text
+    assert greedy.choices[0].finish_reason == "length"
+    stop = full[5]  # a character the greedy text reaches: generation ends before it
+    cut = sdk.completions.create(
+        model=TINY, prompt="ab", max_tokens=12, temperature=0, stop=[stop, "never-seen"]
+    )
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].text == full[: full.index(stop)]
+
+
+def test_logprobs(sdk: openai.OpenAI) -> None:
+    chat = sdk.chat.completions.create(
+        model=TINY, messages=[{"role": "user", "content": "x"}], max_tokens=3, temperature=0,
+        logprobs=True, top_logprobs=2,
+    )  # fmt: skip
+    content = chat.choices[0].logprobs.content
+    assert len(content) == 3
+    assert "".join(t.token for t in content) == chat.choices[0].message.content
+    for t in content:
+        assert t.logprob <= 0 and len(t.top_logprobs) == 2
+        assert t.top_logprobs[0].logprob == pytest.approx(t.logprob)  # greedy: the top token
+    text = sdk.completions.create(model=TINY, prompt="x", max_tokens=3, logprobs=1, seed=1)
+    lp = text.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 3
+    assert lp.text_offset == [0, 1, 2]
+
+
+def test_streaming(sdk: openai.OpenAI) -> None:
+    whole = sdk.chat.completions.create(
+        model=TINY, messages=[{"role": "user", "content": "s"}], max_tokens=6, temperature=0
+    )
+    stream = sdk.chat.completions.create(
+        model=TINY, messages=[{"role": "user", "content": "s"}], max_tokens=6, temperature=0,
+        stream=True, stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = list(stream)  # the SDK's iterator ends at `data: [DONE]`
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) >= 2
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] == "length" and set(finishes[:-1]) == {None}
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 6
+
+    parts = list(sdk.completions.create(model=TINY, prompt="s", max_tokens=5, n=2, stream=True))
+    assert {p.choices[0].index for p in parts} == {0, 1}
+
+
+def test_raw_stream_ends_with_done(svc: RunningService, sdk: openai.OpenAI) -> None:
+    body = {"model": TINY, "prompt": "q", "max_tokens": 3, "stream": True}
+    headers = {"Authorization": f"Bearer {sdk.api_key}"}
+    with httpx.stream("POST", f"{svc.base_url}/v1/completions", json=body, headers=headers) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in r.iter_lines() if line]
+    assert all(line.startswith("data: ") for line in lines) and lines[-1] == "data: [DONE]"
+
+
+def test_lora_checkpoints_are_served_on_one_base(svc: RunningService, sdk: openai.OpenAI) -> None:
+    client = svc.client(sdk.api_key)
+    job = submit_digit_job(client, TINY, lora={"r": 4, "alpha": 8})
+    assert wait_final(client, job["id"])["status"] == "succeeded"
+    ckpts = client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
+    assert {c["format"] for c in ckpts} == {"peft-adapter"} and len(ckpts) == 2
+    sdk.completions.create(model=TINY, prompt="1+1=", max_tokens=4)  # the base, loaded
+    before = serve_health(svc)["pool"]
+    texts = {}
+    for c in ckpts:
+        out = sdk.completions.create(model=c["id"], prompt="1+1=", max_tokens=4, temperature=0)
+        texts[c["id"]] = out.choices[0].text
+        assert out.model == c["id"]
+    sdk.completions.create(model=TINY, prompt="1+1=", max_tokens=4)  # the base again
+    after = serve_health(svc)["pool"]
+    assert after["base_loads"] == before["base_loads"]  # no base was reloaded
+    assert after["adapter_loads"] == before["adapter_loads"] + 2
+    (loaded,) = [b for b in after["loaded"] if not b["merged"]]
+    assert len(loaded["adapters"]) == 2
+
+    stranger = openai.OpenAI(base_url=sdk.base_url, api_key=svc.new_key("bob"), max_retries=0)
+    with pytest.raises(openai.NotFoundError) as theirs:
+        stranger.completions.create(model=ckpts[0]["id"], prompt="x", max_tokens=2)
+    with pytest.raises(openai.NotFoundError) as missing:
+        stranger.completions.create(model="ckpt_0000000000000000000000", prompt="x", max_tokens=2)
+    assert str(theirs.value).replace(ckpts[0]["id"], "X") == str(missing.value).replace(
+        "ckpt_0000000000000000000000", "X"
+    )

@@ -1,0 +1,54 @@
+"""Headless Chromium (Debian's chromium + chromedriver, driven by selenium) for the dashboard
+tests, and the few steps every test takes: log in, wait for an element, read the console."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium import webdriver  # a dev dependency: never skipped
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import WebDriverWait
+
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
+    if not (Path(CHROMEDRIVER).exists() and Path(CHROMIUM).exists()):
+        pytest.fail("chromium and chromium-driver are needed (.ci/ensure-services.sh)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-dev-shm-usage", "--window-size=1400,1800", f"--user-data-dir={tmp_path / 'p'}",
+    ):  # fmt: skip
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(CHROMEDRIVER))
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def console_errors(driver: webdriver.Chrome) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def wait_for(driver: webdriver.Chrome, css: str, timeout: float = 20) -> WebElement:
+    return WebDriverWait(driver, timeout).until(lambda d: d.find_element(By.CSS_SELECTOR, css))
+
+
+def log_in(driver: webdriver.Chrome, base_url: str, key: str) -> None:
+    driver.get(f"{base_url}/ui/")
+    wait_for(driver, "#login-form")
+    driver.find_element(By.ID, "api-key").send_keys(key)
+    driver.find_element(By.CSS_SELECTOR, "#login-form button").click()
+    wait_for(driver, "#jobs tbody tr")

@@ -1,0 +1,108 @@
+"""The memory plan against what a run measures: the estimate at submission is within 25% of
+the peak the trainer reports (`peak_memory_bytes`), on CPU, for the tiny model with and
+without LoRA. Each run is a fresh process, as a worker's job is, so the peak is its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.catalog.inspect import inspect_model
+from workers.grpo.config import TrainSpec
+from workers.grpo.memory import ModelShape, estimate_memory, select_lora_targets
+
+PROMPT_TOKENS = 20  # "x" * 19 and <bos>: one token per character
+
+RUN = """
+import json, sys, tempfile
+from pathlib import Path
+from workers.grpo.config import TrainSpec
+from workers.grpo.trainer import TrainHooks, train
+
+class Lengths:
+    name, weight = "len", 1.0
+    def score(self, samples):
+        return [float(len(s["completion"]) % 3) for s in samples], [None] * len(samples)
+
+spec = TrainSpec.model_validate_json(sys.argv[1])
+steps = {}
+hooks = TrainHooks(on_step=lambda step, m: steps.__setitem__(step, m))
+with tempfile.TemporaryDirectory() as work:
+    train(spec, [{"prompt": "x" * 19}] * 8, [Lengths()], Path(work), hooks)
+print(json.dumps(max(m["peak_memory_bytes"] for m in steps.values())))
+"""
+
+SHAPES = {
+    "full": {},
+    "full, small batch": {"grpo": {"prompts_per_step": 2, "group_size": 8},
+                          "generation": {"max_new_tokens": 16}},
+    "lora all-linear": {"lora": {"r": 16}},
+    "lora q,v": {"lora": {"r": 16, "target_modules": ["q_proj", "v_proj"]}},
+}  # fmt: skip
+
+
+def _spec(model: Path, overrides: dict) -> TrainSpec:
+    # Two steps: AdamW's moments exist from the first optimizer step on, so the second step's
+    # peak is the run's steady peak.
+    body = {
+        "base_model": str(model),
+        "grpo": {"steps": 2, "prompts_per_step": 4, "group_size": 16, "learning_rate": 1e-3}
+        | overrides.get("grpo", {}),
+        "generation": {"max_new_tokens": 64} | overrides.get("generation", {}),
+        "lora": overrides.get("lora"),
+        "checkpoint_every": 1000,
+    }
+    return TrainSpec.model_validate(body)
+
+
+@pytest.mark.parametrize("case", list(SHAPES))
+def test_the_estimate_is_within_25_percent_of_the_measured_peak(
+    tiny_model_dir: Path, case: str
+) -> None:
+    import re
+
+    spec = _spec(tiny_model_dir, SHAPES[case])
+    facts = inspect_model(tiny_model_dir, "local")
+    shape = ModelShape(
+        facts.num_parameters, facts.hidden_size, facts.intermediate_size, facts.num_layers,
+        facts.kv_dim, facts.vocab_size, facts.lora_targets,
+    )  # fmt: skip
+    fullmatch = lambda p, n: re.fullmatch(p, n) is not None  # noqa: E731
+    targets = select_lora_targets(shape.modules, spec.lora.target_modules, fullmatch) if (
+        spec.lora) else []  # fmt: skip
+    estimate = estimate_memory(shape, spec, PROMPT_TOKENS, targets)
+    out = subprocess.run(
+        [sys.executable, "-c", RUN, spec.model_dump_json()],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    measured = json.loads(out.stdout.strip().splitlines()[-1])
+    ratio = estimate.total / measured
+    print(f"{case}: estimate {estimate.total / 2**20:.0f} MiB, measured "
+          f"{measured / 2**20:.0f} MiB, ratio {ratio:.2f}")  # fmt: skip
+    assert 0.75 <= ratio <= 1.25, (estimate, measured)
+
+
+def test_the_plan_follows_the_spec(tiny_model_dir: Path) -> None:
+    """Hand-checkable parts: bf16 halves the reference, KV cache and activations; a micro-batch
+    of a quarter of the rows keeps a quarter of the activations; LoRA drops the reference."""
+    facts = inspect_model(tiny_model_dir, "local")
+    shape = ModelShape(
+        facts.num_parameters, facts.hidden_size, facts.intermediate_size, facts.num_layers,
+        facts.kv_dim, facts.vocab_size, facts.lora_targets,
+    )  # fmt: skip
+    fp32 = estimate_memory(shape, _spec(tiny_model_dir, {}), PROMPT_TOKENS, [])
+    bf16 = estimate_memory(
+        shape, _spec(tiny_model_dir, {}).model_copy(update={"precision": "bf16"}), 20, []
+    )
+    assert (bf16.reference, bf16.kv_cache) == (fp32.reference // 2, fp32.kv_cache // 2)
+    assert abs(bf16.activations - fp32.activations / 2) <= 1
+    assert bf16.weights == fp32.weights and bf16.optimizer == fp32.optimizer
+    # 64 rows x (20 + 64) tokens x 4 layers x 2 x 256 x 4 bytes
+    assert fp32.kv_cache == 64 * 84 * 4 * 2 * 256 * 4
+    quarter = _spec(tiny_model_dir, {"grpo": {"micro_batch_size": 16}})
+    assert abs(estimate_memory(shape, quarter, 20, []).activations - fp32.activations / 4) <= 1
+    assert fp32.optimizer == 3 * 4 * facts.num_parameters  # gradient + two AdamW moments

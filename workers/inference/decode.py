@@ -1,0 +1,177 @@
+"""One batch of requests decoded together: prompts left-padded, the model's forward and KV
+cache one token at a time, each row with its own sampling (temperature, top_p, stop strings,
+max_tokens, its request's seeded generator, log-probs).
+
+Per token and row: temperature 0 takes the argmax; otherwise softmax(logits / T) restricted to
+the top_p nucleus, one draw from the request's generator (so a seeded request gives the same
+tokens whatever else shares its batch, up to float rounding of the padded batch). Reported
+log-probs are the model's own, log softmax(logits), before temperature and top_p. A row ends
+at EOS ("stop"), at a stop string (the text is cut before it: "stop") or at its max_tokens
+("length"); the loop ends when every row has.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from workers.grpo.sampling import cache_keyword
+from workers.grpo.text import pad_id, render_prompt
+from workers.inference.params import Choice, Request, RequestError, Result, TokenLogprob
+
+
+@dataclass
+class _Row:
+    request: int  # index into the batch's requests
+    choice: Choice
+    generator: torch.Generator
+    max_tokens: int
+    tokens: list[int] = field(default_factory=list)
+    emitted: int = 0  # characters of text already handed to on_delta
+    pending: list[TokenLogprob] = field(default_factory=list)  # log-probs not yet handed over
+
+
+def context_length(model: Any) -> int:
+    config = model.config
+    return int(getattr(config, "max_position_embeddings", 0) or 2048)
+
+
+def encode(tokenizer: Any, prompt: Any) -> list[int]:
+    text, templated = render_prompt(tokenizer, prompt)
+    return tokenizer(text, add_special_tokens=not templated)["input_ids"]
+
+
+def _generator(seed: int | None) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
+    return g
+
+
+def prompt_ids(model: Any, tokenizer: Any, req: Request) -> list[int]:
+    """The request's prompt tokens; RequestError when they and max_tokens do not fit."""
+    ids, limit = encode(tokenizer, req.prompt), context_length(model)
+    if len(ids) >= limit or len(ids) + (req.sampling.max_tokens or 0) > limit:
+        raise RequestError(
+            f"the prompt ({len(ids)} tokens) plus max_tokens ({req.sampling.max_tokens}) "
+            f"exceed the model's context of {limit} tokens"
+        )
+    return ids
+
+
+def _rows(requests: list[Request], prompts: list[list[int]], limit: int) -> list[_Row]:
+    rows = []
+    for r, (req, ids) in enumerate(zip(requests, prompts, strict=True)):
+        g = _generator(req.sampling.seed)
+        for i in range(req.n):
+            rows.append(_Row(r, Choice(i), g, req.sampling.max_tokens or limit - len(ids)))
+    return rows
+
+
+def _nucleus(logits: Tensor, top_p: Tensor) -> Tensor:
+    """Logits (N, V) outside each row's top_p mass (N, 1) set to -inf."""
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (N, V)
+    probs = sorted_logits.softmax(-1)  # (N, V)
+    drop = probs.cumsum(-1) - probs >= top_p  # (N, V) the mass before it already reaches p
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))  # (N, V)
+    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)  # (N, V)
+
+
+def _draw(logits: Tensor, rows: list[_Row], requests: list[Request]) -> Tensor:
+    """The next token (N,) of every row from its last logits (N, V)."""
+    temps = torch.tensor([requests[r.request].sampling.temperature for r in rows])  # (N,)
+    top_p = torch.tensor([[requests[r.request].sampling.top_p] for r in rows])  # (N, 1)
+    greedy = logits.argmax(-1)  # (N,)
+    scaled = logits / temps.clamp(min=1e-6).unsqueeze(1)  # (N, V)
+    if bool((top_p < 1).any()):
+        scaled = _nucleus(scaled, top_p)  # (N, V)
+    probs = scaled.softmax(-1)  # (N, V)
+    out = greedy.clone()  # (N,)
+    for i, row in enumerate(rows):  # one draw per row from its request's generator
+        if temps[i] > 0:
+            out[i] = torch.multinomial(probs[i], 1, generator=row.generator)[0]
+    return out
+
+
+def _logprobs(logp: Tensor, token: int, k: int, tokenizer: Any) -> TokenLogprob:
+    """The chosen token's log-prob and the k most likely, from one row's log-probs (V,)."""
+    top = []
+    if k > 0:
+        values, ids = torch.topk(logp, k)
+        top = [(tokenizer.decode([t]), float(v)) for v, t in zip(values, ids.tolist(), strict=True)]
+    return TokenLogprob(tokenizer.decode([token]), float(logp[token]), top)
+
+
+def _advance(row: _Row, token: int, req: Request, eos: int, tokenizer: Any) -> None:
+    """Append one token to a row: end it at EOS, a stop string or max_tokens, and hand any
+    text that is certain to stay (not a possible stop-string prefix) to `on_delta`."""
+    stops = req.sampling.stop
+    row.choice.completion_tokens += 1
+    if token == eos:
+        row.choice.finish_reason = "stop"
+    else:
+        row.tokens.append(token)
+    text = tokenizer.decode(row.tokens, skip_special_tokens=True)
+    cut = min((text.find(s) for s in stops if s in text), default=-1)
+    if cut >= 0:
+        text, row.choice.finish_reason = text[:cut], "stop"
+    elif row.choice.finish_reason is None and row.choice.completion_tokens >= row.max_tokens:
+        row.choice.finish_reason = "length"
+    safe = len(text)
+    if row.choice.finish_reason is None:  # hold back what a stop string could still claim
+        safe -= max((len(s) - 1 for s in stops), default=0)
+        while safe > 0 and text[safe - 1] == "\ufffd":  # half of a multi-byte character
+            safe -= 1
+    row.choice.text = text
+    if safe > row.emitted or (row.choice.finish_reason and row.pending):
+        if req.on_delta is not None:
+            req.on_delta(row.choice.index, text[row.emitted : safe], row.pending)
+        row.choice.logprobs.extend(row.pending)
+        row.pending = []
+        row.emitted = max(row.emitted, safe)
+
+
+@torch.no_grad()
+def decode(
+    model: Any, tokenizer: Any, requests: list[Request], prompts: list[list[int]]
+) -> list[Result]:
+    """Decode every request of the batch (`prompts`: each one's `prompt_ids`)."""
+    rows = _rows(requests, prompts, context_length(model))
+    device, eos, pad = model.device, tokenizer.eos_token_id, pad_id(tokenizer)
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)  # (N, P)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)  # (N, P)
+    for i, row in enumerate(rows):
+        p = prompts[row.request]
+        ids[i, width - len(p) :], mask[i, width - len(p) :] = torch.tensor(p), 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(1) - 1).clamp(min=0)  # (N, P) left padding: real tokens from 0
+    kw, cache = cache_keyword(model), None
+    want = [requests[r.request].sampling.logprobs for r in rows]
+    while True:
+        res = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                    use_cache=True, logits_to_keep=1, **{kw: cache})  # fmt: skip
+        cache = res[kw]
+        logits = res.logits[:, -1].float().cpu()  # (N, V)
+        tokens = _draw(logits, rows, requests)  # (N,)
+        logp = logits.log_softmax(-1) if any(k is not None for k in want) else None  # (N, V)
+        for i, row in enumerate(rows):
+            if row.choice.finish_reason is not None:
+                tokens[i] = pad  # ended rows feed pads until the batch ends
+                continue
+            token = int(tokens[i])
+            if logp is not None and want[i] is not None:
+                row.pending.append(_logprobs(logp[i], token, want[i] or 0, tokenizer))
+            _advance(row, token, requests[row.request], eos, tokenizer)
+        if all(row.choice.finish_reason is not None for row in rows):
+            break
+        ids = tokens.unsqueeze(1).to(device)  # (N, 1) the next forward feeds the new tokens
+        positions = positions[:, -1:] + 1  # (N, 1)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)  # (N, S + 1)
+    results = [Result(len(p), []) for p in prompts]
+    for row in rows:
+        results[row.request].choices.append(row.choice)
+    return results

@@ -1,0 +1,133 @@
+"""Loaded models, least recently used first out: bases (full weights, with any merged adapters)
+keyed by where their weights lie, and on each base its peft adapters, loaded once by name
+(`load_adapter`) and switched per batch (`set_adapter`), so serving another adapter of the same
+base never reloads the base. The base alone runs with the adapters disabled.
+
+Used from one thread only (the engine's): no locks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from workers.grpo.device import use_cpu_weight_layout
+from workers.inference.params import ModelRef
+
+
+class ModelLoadError(RuntimeError):
+    """The weights could not be loaded; the message says which and why."""
+
+
+@dataclass
+class LoadedBase:
+    model: Any  # a transformers model, or a PeftModel once an adapter is loaded on it
+    tokenizer: Any
+    adapters: OrderedDict[str, None] = field(default_factory=OrderedDict)  # LRU of names
+
+
+@dataclass
+class PoolStats:
+    base_loads: int = 0
+    adapter_loads: int = 0
+    base_evictions: int = 0
+    adapter_evictions: int = 0
+
+
+class ModelPool:
+    def __init__(self, max_models: int, max_adapters: int, device: str | None = None) -> None:
+        self.max_models, self.max_adapters = max_models, max_adapters
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.bases: OrderedDict[tuple[str, tuple[str, ...]], LoadedBase] = OrderedDict()
+        self.stats = PoolStats()
+
+    @contextlib.contextmanager
+    def use(self, ref: ModelRef) -> Iterator[tuple[Any, Any]]:
+        """The model (with `ref`'s adapter active, or none) and its tokenizer."""
+        base = self._base(ref)
+        if ref.adapter is None:
+            disabled = base.model.disable_adapter() if base.adapters else contextlib.nullcontext()
+            with disabled:
+                yield base.model, base.tokenizer
+            return
+        name = self._adapter(base, ref)
+        base.model.set_adapter(name)
+        yield base.model, base.tokenizer
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "loaded": [
+                {"weights": w, "merged": list(m), "adapters": list(b.adapters)}
+                for (w, m), b in self.bases.items()
+            ],
+            **vars(self.stats),
+        }
+
+    def _base(self, ref: ModelRef) -> LoadedBase:
+        key = ref.base_key
+        if key in self.bases:
+            self.bases.move_to_end(key)
+            return self.bases[key]
+        while len(self.bases) >= self.max_models:
+            self.bases.popitem(last=False)
+            self.stats.base_evictions += 1
+            if self.device == "cuda":
+                torch.cuda.empty_cache()
+        self.bases[key] = self._load(ref)
+        self.stats.base_loads += 1
+        return self.bases[key]
+
+    def _load(self, ref: ModelRef) -> LoadedBase:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        # fp32 on CPU (no fast half-precision kernels there); the saved dtype on an accelerator
+        dtype = torch.float32 if self.device == "cpu" else "auto"
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(ref.weights)
+            model = AutoModelForCausalLM.from_pretrained(ref.weights, dtype=dtype)
+            if ref.merged:
+                from peft import PeftModel
+
+                for adapter in ref.merged:  # the lineage under the served weights, oldest first
+                    model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+        except Exception as exc:  # noqa: BLE001 - any failure here is about these weights
+            raise ModelLoadError(f"cannot load model {ref.label!r}: {exc}") from exc
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        model = model.to(self.device).eval()
+        model.requires_grad_(False)
+        if self.device == "cpu":  # x @ W.T as a plain product: faster few-row decoding
+            use_cpu_weight_layout(model, column_major=True)
+        return LoadedBase(model, tokenizer)
+
+    def _adapter(self, base: LoadedBase, ref: ModelRef) -> str:
+        assert ref.adapter is not None
+        # peft keys modules by adapter name: no dots or slashes, so a digest of the path
+        name = "a" + hashlib.sha256(ref.adapter.encode()).hexdigest()[:16]
+        if name in base.adapters:
+            base.adapters.move_to_end(name)
+            return name
+        if len(base.adapters) >= self.max_adapters:
+            old, _ = base.adapters.popitem(last=False)
+            base.model.delete_adapter(old)
+            self.stats.adapter_evictions += 1
+        from peft import PeftModel
+
+        try:
+            if isinstance(base.model, PeftModel):
+                base.model.load_adapter(ref.adapter, adapter_name=name)
+            else:
+                base.model = PeftModel.from_pretrained(base.model, ref.adapter, adapter_name=name)
+        except Exception as exc:  # noqa: BLE001 - a broken or mismatched adapter
+            raise ModelLoadError(f"cannot load adapter {ref.label!r}: {exc}") from exc
+        base.model.eval()
+        base.adapters[name] = None
+        self.stats.adapter_loads += 1
+        return name
