@@ -11,6 +11,8 @@ import redis
 from tests.api.server import run_api
 from tests.e2e.conftest import PG, _psql
 from tests.e2e.services import RunningService
+from tests.redis_db import API
+from tests.redis_db import redis_db as redis_db_for
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +30,7 @@ def api_pg(
     answered with a presigned redirect."""
     db = f"grpo_api_{secrets.token_hex(4)}"
     _psql(f"CREATE DATABASE {db}")
-    redis_db = 9
+    redis_db = redis_db_for(API)
     redis.Redis(host="127.0.0.1", port=6379, db=redis_db).flushdb()
     env = {
         "GRPO_DATABASE_URL": f"{PG}/{db}",

@@ -21,8 +21,9 @@ from tests.api.helpers import problem
 from tests.api.server import METRICS_TOKEN, run_api
 from tests.e2e.conftest import PG, _psql
 from tests.e2e.services import RunningService
+from tests.redis_db import RATE_LIMITS, redis_db
 
-REDIS_DB = 11
+REDIS_DB = redis_db(RATE_LIMITS)
 
 
 def _limits(per_minute: int, burst: int) -> dict[str, str]:

@@ -9,6 +9,8 @@ import pytest
 import redis
 
 from tests.e2e.services import RunningService, run_service
+from tests.redis_db import E2E
+from tests.redis_db import redis_db as redis_db_for
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432"
 
@@ -35,7 +37,7 @@ def production_service(
     """PostgreSQL (a fresh database), Redis (a fresh db number), S3 (moto over HTTP)."""
     db = f"grpo_test_{secrets.token_hex(4)}"
     _psql(f"CREATE DATABASE {db}")
-    redis_db = 7
+    redis_db = redis_db_for(E2E)
     redis.Redis(host="127.0.0.1", port=6379, db=redis_db).flushdb()
     env = {
         "GRPO_DATABASE_URL": f"{PG}/{db}",
