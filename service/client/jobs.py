@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 from service.client.errors import ApiError, ClientError, ConnectionFailed
-from service.client.models import FINAL_STATUSES, EventOut, JobCreate, JobOut, Page
+from service.client.models import (
+    FINAL_STATUSES,
+    SETTLED_STATUSES,
+    EventOut,
+    JobCreate,
+    JobOut,
+    Page,
+)
 from service.client.preflight import PreflightOut, run_preflight
 from service.client.rollouts import RolloutPage, download_rollouts, list_rollouts
 from service.client.sse import parse_sse
@@ -154,16 +161,18 @@ class Jobs:
         on_event: EventCallback | None = None,
         poll_interval: float = 2.0,
         use_sse: bool = True,
+        until: Collection[str] = SETTLED_STATUSES,
     ) -> JobOut:
-        """Block until the job is final and return it. Follows the events over SSE (resuming
-        with Last-Event-ID after a drop); polls when the stream is unavailable."""
+        """Block until the job's status is one of `until` (default: final or paused) and
+        return it. Follows the events over SSE (resuming with Last-Event-ID after a drop);
+        polls when the stream is unavailable."""
         deadline = None if timeout is None else time.monotonic() + timeout
         last_id = 0
         sse_failures = 0
         while True:
             if use_sse and sse_failures < 3:
                 try:
-                    last_id = self._follow_sse(job_id, last_id, on_event, deadline)
+                    last_id = self._follow_sse(job_id, last_id, on_event, deadline, until)
                     sse_failures = 0
                 except (ConnectionFailed, _NotSse):
                     sse_failures += 1
@@ -173,7 +182,7 @@ class Jobs:
                     if on_event:
                         on_event(event)
             job = self.get(job_id)
-            if job.status in FINAL_STATUSES:
+            if job.status in until:
                 if not use_sse or sse_failures:  # polling: pick up the last events too
                     for event in self.events(job_id, after=last_id):
                         last_id = event.id
@@ -191,9 +200,11 @@ class Jobs:
         last_id: int,
         on_event: EventCallback | None,
         deadline: float | None,
+        until: Collection[str] = FINAL_STATUSES,
     ) -> int:
-        """Read the event stream to its end (the job is final) or the deadline; return the
-        last event id seen."""
+        """Read the event stream to its end (the job is final), a status event into `until`
+        (the caller then checks the job itself: an old event may be replayed) or the
+        deadline; return the last event id seen."""
         headers = {"Accept": "text/event-stream", "Last-Event-ID": str(last_id)}
         read_timeout = (
             60.0 if deadline is None else max(1.0, min(60.0, deadline - time.monotonic()))
@@ -211,6 +222,8 @@ class Jobs:
                 last_id = max(last_id, event.id)
                 if on_event:
                     on_event(event)
+                if event.type == "status" and (event.data or {}).get("status") in until:
+                    break
                 if deadline is not None and time.monotonic() >= deadline:
                     break
         return last_id

@@ -21,6 +21,8 @@ from service.verifiers.schemas import VerifierOut, VerifierTestResult
 T = TypeVar("T")
 
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
+# Where a job stays until someone acts: final, or paused (until resumed).
+SETTLED_STATUSES = FINAL_STATUSES | {"paused"}
 
 
 class Page(BaseModel, Generic[T]):
@@ -47,6 +49,7 @@ class Page(BaseModel, Generic[T]):
 
 __all__ = [
     "FINAL_STATUSES",
+    "SETTLED_STATUSES",
     "CheckpointOut",
     "DatasetOut",
     "EventOut",

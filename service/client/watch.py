@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from service.client import Client
-from service.client.models import FINAL_STATUSES, EventOut, JobOut
+from service.client.models import SETTLED_STATUSES, EventOut, JobOut
 
 BARS = "▁▂▃▄▅▆▇█"
 CURVES = (
@@ -75,7 +75,8 @@ def event_line(event: EventOut) -> str:
 def watch(
     client: Client, job_id: str, console: Console, *, as_json: bool, interval: float
 ) -> JobOut:
-    """Follow a job to its end, printing events and redrawing the progress; returns the job."""
+    """Follow a job until it ends or pauses, printing events and redrawing the progress;
+    returns the job."""
     job = client.jobs.get(job_id)
     rows: list[dict[str, Any]] = []
     last_event = 0
@@ -116,13 +117,13 @@ def watch(
     if as_json:
         while True:
             job = poll()
-            if job.status in FINAL_STATUSES:
+            if job.status in SETTLED_STATUSES:
                 return job
             time.sleep(interval)
     with Live(console=console, refresh_per_second=4, transient=False) as live:
         while True:
             job = poll()
             live.update(Group(progress, curves_table(rows)))
-            if job.status in FINAL_STATUSES:
+            if job.status in SETTLED_STATUSES:
                 return job
             time.sleep(interval)

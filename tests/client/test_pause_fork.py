@@ -18,6 +18,7 @@ def test_fork_then_pause_resume_and_cancel_the_fork(trained: Trained) -> None:
         assert (fork.forked_from.step, fork.step, fork.total_steps) == (1, 1, STEPS)
         assert fork.spec["grpo"]["learning_rate"] == 2e-3
         assert grpo.jobs.pause(fork.id).status == "paused"
+        assert grpo.jobs.wait(fork.id, timeout=30).status == "paused"  # settled: no timeout
         assert grpo.jobs.resume(fork.id).status == "queued"
         with pytest.raises(ApiError) as caught:
             grpo.jobs.resume(fork.id)
