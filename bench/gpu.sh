@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# This engine vs TRL's GRPOTrainer on a CUDA GPU: a ~0.46B random-init Llama-shaped model
-# (hidden 1024, 24 layers, 16 heads, MLP 4864), bf16 autocast, the digit task, 2 prompts x 8,
-# 32 new tokens, beta 0.04, lr 1e-3, token_mean / "dapo"; TRL generates with vLLM when it imports.
-# Prints the same figures as `make bench`. About 4-6 minutes on one H200.
+# This engine vs TRL's GRPOTrainer on a CUDA GPU, full training and LoRA (rank 16), on the same
+# GPU one run at a time: by default a 1.54B random-init Qwen2-shaped model (Qwen2.5-1.5B's shape,
+# written in bf16: bench/qwen2_model.py), bf16 autocast, the digit task, 2 prompts x 8, 32 new
+# tokens, beta 0.04, lr 1e-3, token_mean / "dapo"; TRL generates with vLLM when it imports.
+# Prints per mode: seconds per step, completion tokens/s, peak GPU memory (torch's
+# max_memory_allocated), RSS, and ours/TRL. SIZE=0.5b: the earlier Llama-shaped 0.46B model.
 #
 #   bash bench/gpu.sh                     # from the repository root
-#   SIZE=3m DEVICE=cpu STEPS=3 bash bench/gpu.sh   # a dry run of this script on a CPU
+#   MODES=lora STEPS=8 REPS=1 bash bench/gpu.sh    # one mode, shorter
+#   SIZE=3m DEVICE=cpu STEPS=2 bash bench/gpu.sh   # a dry run of this script on a CPU
+#   SIZE=qwen2-3m DEVICE=cpu STEPS=2 bash bench/gpu.sh   # ... through the Qwen2 builder
 #
 # No network on the GPU machine: packages it lacks come as wheels in $WHEELS (default .whl/),
 # installed with `pip install --no-index --find-links`. Nothing is fetched from the internet.
@@ -14,10 +18,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 WHEELS=${WHEELS:-.whl}
-SIZE=${SIZE:-0.5b}
+SIZE=${SIZE:-1.5b}
 DEVICE=${DEVICE:-cuda}
-STEPS=${STEPS:-15}
-REPS=${REPS:-2}
+STEPS=${STEPS:-10}
+REPS=${REPS:-1}
+MODES=${MODES:-full lora}
+LORA_R=${LORA_R:-16}
+TIMEOUT=${TIMEOUT:-270}   # seconds per mode
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
 if [ -d "$WHEELS" ]; then
@@ -56,11 +63,18 @@ fi
 extra=()
 [ "$DEVICE" = cuda ] && extra+=(--bf16)
 if $PY -c "import vllm" 2>/dev/null; then extra+=(--vllm); else echo "   (vLLM not installed: TRL generates with transformers)"; fi
-[ -n "${OUT:-}" ] && extra+=(--json "$OUT/gpu_bench.json")
 [ -n "${ONLY:-}" ] && extra+=(--only "$ONLY")
 
-echo "== benchmark: $SIZE on $DEVICE, $STEPS steps x $REPS repetitions, alternating"
-timeout 540 $PY bench/vs_trl.py --sizes "$SIZE" --device "$DEVICE" --steps "$STEPS" --reps "$REPS" "${extra[@]}"
-rc=$?
-[ $rc -eq 124 ] && echo "!! timed out after 540 s: rerun with STEPS=8 REPS=1"
+rc=0
+for mode in $MODES; do
+  args=("${extra[@]}")
+  [ "$mode" = lora ] && args+=(--lora "$LORA_R")
+  [ -n "${OUT:-}" ] && args+=(--json "$OUT/gpu_bench_$mode.json")
+  echo "== benchmark ($mode training): $SIZE on $DEVICE, $STEPS steps x $REPS repetitions, alternating"
+  timeout "$TIMEOUT" $PY bench/vs_trl.py --sizes "$SIZE" --device "$DEVICE" --steps "$STEPS" \
+    --reps "$REPS" "${args[@]}"
+  code=$?
+  [ $code -eq 124 ] && echo "!! $mode timed out after $TIMEOUT s: rerun with STEPS=5 or MODES=$mode"
+  [ $code -ne 0 ] && rc=$code
+done
 exit $rc

@@ -32,7 +32,13 @@ SIZES = {
     "3m": {"hidden_size": 256, "layers": 4, "heads": 4, "intermediate_size": 512},
     "25m": {"hidden_size": 512, "layers": 8, "heads": 8, "intermediate_size": 1408},
     "0.5b": {"hidden_size": 1024, "layers": 24, "heads": 16, "intermediate_size": 4864},
-}
+    # Qwen2.5-1.5B's shape, random init, bf16 (bench/qwen2_model.py): 1.54B parameters
+    "1.5b": {"qwen2": True, "hidden_size": 1536, "layers": 28, "heads": 12, "kv_heads": 2,
+             "intermediate_size": 8960, "vocab_size": 151936},
+    # the same builder at toy scale: a CPU dry run of the 1.5b path
+    "qwen2-3m": {"qwen2": True, "hidden_size": 256, "layers": 2, "heads": 4, "kv_heads": 2,
+                 "intermediate_size": 512, "vocab_size": 4096},
+}  # fmt: skip
 
 
 DEFAULT_REPS = {"3m": 6}
@@ -45,7 +51,13 @@ def build(size: str, directory: Path) -> Path:
 
     from workers.grpo.tiny_model import make_tiny_model
 
-    path = make_tiny_model(directory / size, seed=0, **SIZES[size])
+    shape = dict(SIZES[size])
+    if shape.pop("qwen2", False):
+        from bench.qwen2_model import make_qwen2_model
+
+        path = make_qwen2_model(directory / size, seed=0, **shape)
+    else:
+        path = make_tiny_model(directory / size, seed=0, **shape)
     with safe_open(path / "model.safetensors", "pt") as f:
         n = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())  # noqa: SIM118
     print(f"model {size}: {n / 1e6:.1f}M parameters", flush=True)
@@ -67,12 +79,15 @@ def one_run(which: str, model_dir: Path, settings: dict) -> dict:
 
 def figures(r: dict) -> dict:
     sec, tok = r["seconds"], r["tokens"]
-    return {
+    out = {
         "s_per_step": statistics.median(sec),
         "tok_per_s": sum(tok[1:]) / sum(sec[1:]) if len(sec) > 1 else tok[0] / sec[0],
         "rss_mib": r["rss_mib"],
         "reward_last5": statistics.fmean(r["rewards"][-5:]),
     }
+    if r.get("gpu_mib") is not None:  # peak CUDA memory allocated (torch's counter)
+        out["gpu_mib"] = r["gpu_mib"]
+    return out
 
 
 def _split(r: dict) -> str:
@@ -89,12 +104,14 @@ def report(size: str, runs: dict[str, list[dict]]) -> dict:
         for w, rs in runs.items()
     }
     print(f"\n== {size} ({len(next(iter(runs.values())))} runs each; medians) ==")
-    print(f"{'':14}{'s/step':>9}{'tok/s':>9}{'RSS MiB':>9}{'reward5':>9}")
+    gpu = all("gpu_mib" in m for m in med.values())
+    print(f"{'':14}{'s/step':>9}{'tok/s':>9}{'RSS MiB':>9}{'reward5':>9}" + " GPU peak MiB" * gpu)
     for w in med:
         m = med[w]
         print(
             f"{w:14}{m['s_per_step']:9.3f}{m['tok_per_s']:9.1f}"
             f"{m['rss_mib']:9.0f}{m['reward_last5']:9.3f}"
+            + (f"{m['gpu_mib']:13.0f}" if gpu else "")
         )
     if len(med) < 2:
         return {"size": size} | med
@@ -104,6 +121,7 @@ def report(size: str, runs: dict[str, list[dict]]) -> dict:
         "step_speedup": trl["s_per_step"] / ours["s_per_step"],
         "rss": ours["rss_mib"] / trl["rss_mib"],
         "reward_last5_diff": ours["reward_last5"] - trl["reward_last5"],
+        **({"gpu_peak": ours["gpu_mib"] / trl["gpu_mib"]} if gpu else {}),
     }
     print(
         f"{'ours/TRL':14}throughput x{ratios['throughput']:.2f}, step time "

@@ -12,7 +12,10 @@ from service.api_docs.router import router as docs_router
 from service.auth.ratelimit import RateLimitHeaders
 from service.catalog.router import router as models_router
 from service.datasets.router import router as datasets_router
+from service.environments.router import router as environments_router
 from service.errors import UnhandledErrors, install_error_handlers
+from service.files.router import router as files_router
+from service.fine_tuning.router import router as fine_tuning_router
 from service.graders.router import router as graders_router
 from service.health import router as health_router
 from service.inference.router import router as inference_router
@@ -69,8 +72,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         models_router,
         verifiers_router,
         graders_router,
+        environments_router,
         inference_router,
         datasets_router,
+        files_router,  # before fine_tuning_router (tests/api/test_tenancy.py walks them so)
+        fine_tuning_router,
         preflight_router,  # before jobs_router: its paths are under /v1/jobs
         usage_router,  # before jobs_router: POST /v1/jobs/estimate
         jobs_router,

@@ -62,6 +62,15 @@ def api(
 @app.command()
 def worker(
     queue: Annotated[str, typer.Option(help="Queue to consume.")] = "gpu",
+    devices: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Devices this worker owns (default GRPO_WORKER_DEVICES): it "
+            "trains jobs of resources.devices up to this many, one rank per device.",
+        ),
+    ] = None,
     grace_seconds: GraceOpt = 600.0,
     metrics_port: Annotated[
         int | None, typer.Option(help="Serve the worker's Prometheus metrics on this port.")
@@ -70,14 +79,19 @@ def worker(
     """Run a Celery training worker (one job at a time) and the reconciler."""
     from service.jobs.worker_registry import registered
     from service.settings import get_settings
+    from service.worker import device_classes
     from workers.observability import cleanup_metrics, serve_metrics
 
     _log_sandbox_mode()
+    settings = get_settings()
+    owned = devices or settings.worker_devices
     folder = serve_metrics(metrics_port) if metrics_port else None
-    supervisor = Supervisor([worker_command(queue)], grace_seconds=grace_seconds, reconcile=True)
     queues = [q for q in queue.split(",") if q]  # Celery's -Q takes a comma-separated list
+    # one broker queue per device class it can train (`gpu`, `gpu@2`, ...): only jobs that fit
+    consumed = ",".join(c for q in queues for c in device_classes(q, owned))
+    supervisor = Supervisor([worker_command(consumed)], grace_seconds=grace_seconds, reconcile=True)
     try:
-        with registered(queues, get_settings()):  # the API warns about queues nobody serves
+        with registered(queues, settings, owned):  # the API warns about queues nobody serves
             code = supervisor.run()
     finally:
         if folder:

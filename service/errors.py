@@ -11,6 +11,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.openai_errors import wants_openai_error, with_openai_error
 from service.problems import (
     PROBLEM_JSON,
     FieldError,
@@ -25,7 +26,13 @@ log = logging.getLogger(__name__)
 POOL_RETRY_AFTER_S = 1
 
 
-def render_problem(problem: Problem, headers: dict[str, str] | None = None) -> JSONResponse:
+def render_problem(
+    problem: Problem, headers: dict[str, str] | None = None, request: Request | None = None
+) -> JSONResponse:
+    """The problem as problem+json; on an OpenAI-compatible route (`request`'s path) with
+    OpenAI's `error` member too."""
+    if request is not None and wants_openai_error(request.url.path):
+        problem = with_openai_error(problem)
     return JSONResponse(
         problem.model_dump(exclude_none=True),
         status_code=problem.status,
@@ -36,18 +43,18 @@ def render_problem(problem: Problem, headers: dict[str, str] | None = None) -> J
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ProblemError)
-    async def _problem(_: Request, exc: ProblemError) -> JSONResponse:
-        return render_problem(exc.problem, exc.headers)
+    async def _problem(request: Request, exc: ProblemError) -> JSONResponse:
+        return render_problem(exc.problem, exc.headers, request)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
             FieldError(path="$", message=f"invalid JSON: {e.get('ctx', {}).get('error', '')}")
             if e.get("type") == "json_invalid"
             else FieldError(path=json_path(e.get("loc", ())), message=e.get("msg", "invalid"))
             for e in exc.errors()
         ]
-        return render_problem(invalid(errors).problem)
+        return render_problem(invalid(errors).problem, request=request)
 
     @app.exception_handler(PoolTimeout)
     async def _pool_exhausted(_: Request, exc: PoolTimeout) -> JSONResponse:
@@ -60,11 +67,11 @@ def install_error_handlers(app: FastAPI) -> None:
         return render_problem(problem, {"Retry-After": str(POOL_RETRY_AFTER_S)})
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         status = exc.status_code
         detail = str(exc.detail) if exc.detail else status_title(status)
         problem = Problem(title=status_title(status), status=status, detail=detail)
-        return render_problem(problem, getattr(exc, "headers", None))
+        return render_problem(problem, getattr(exc, "headers", None), request)
 
 
 class UnhandledErrors:

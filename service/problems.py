@@ -27,6 +27,16 @@ class FieldError(BaseModel):
     message: str
 
 
+class OpenAIError(BaseModel):
+    """OpenAI's error body, which the official `openai` SDK reads (`exc.body`, `.code`,
+    `.param`, `.type`): on the OpenAI-compatible routes only (`service.openai_errors`)."""
+
+    message: str
+    type: str = Field(description="`invalid_request_error`, or `server_error` for a 5xx.")
+    param: str | None = Field(None, description="The first bad field, as a dotted path.")
+    code: str | None = Field(None, description="The problem's title, snake_case.")
+
+
 class Problem(BaseModel):
     """RFC 9457 problem details: the body of every error response."""
 
@@ -53,7 +63,10 @@ class Problem(BaseModel):
     title: str
     status: int
     detail: str
-    errors: list[FieldError] | None = Field(None, description="Every bad field (422 only).")
+    errors: list[FieldError] | None = Field(None, description="Every bad field (a 422; 400s too).")
+    error: OpenAIError | None = Field(
+        None, description="The same, as OpenAI's SDK reads it (/v1/files, /v1/fine_tuning/jobs)."
+    )
 
 
 class ProblemError(Exception):

@@ -1,4 +1,5 @@
-"""Per-tenant storage quotas: datasets (count and bytes), verifier versions, rollout bytes.
+"""Per-tenant storage quotas: datasets (count and bytes), verifier and environment versions,
+rollout bytes.
 Checked in the transaction that adds the row; two uploads racing at the limit may both pass
 (the counts are read, not locked), which bounds the overshoot by the tenant's concurrency."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.models import Dataset, Job, RolloutFile, VerifierVersion
+from service.models import Dataset, EnvironmentVersion, Job, RolloutFile, VerifierVersion
 from service.problems import ProblemError, too_large
 from service.settings import Settings
 
@@ -37,12 +38,25 @@ def check_dataset_quota(session: Session, settings: Settings, tenant_id: str, si
 
 
 def check_verifier_quota(session: Session, settings: Settings, tenant_id: str) -> None:
-    count = session.scalar(select(func.count()).where(VerifierVersion.tenant_id == tenant_id))
-    if count is not None and count >= settings.max_verifier_versions_per_tenant:
-        raise _over_quota(
-            f"you have {count} verifier versions, the most a tenant may keep "
-            f"({settings.max_verifier_versions_per_tenant})"
-        )
+    limit = settings.max_verifier_versions_per_tenant
+    _check_version_quota(session, VerifierVersion, tenant_id, limit, "verifier")
+
+
+def check_environment_quota(session: Session, settings: Settings, tenant_id: str) -> None:
+    limit = settings.max_environment_versions_per_tenant
+    _check_version_quota(session, EnvironmentVersion, tenant_id, limit, "environment")
+
+
+def _check_version_quota(
+    session: Session,
+    model: type[VerifierVersion] | type[EnvironmentVersion],
+    tenant_id: str,
+    limit: int,
+    what: str,
+) -> None:
+    count = session.scalar(select(func.count()).where(model.tenant_id == tenant_id))
+    if count is not None and count >= limit:
+        raise _over_quota(f"you have {count} {what} versions, the most a tenant may keep ({limit})")
 
 
 def rollout_bytes_fit(session: Session, settings: Settings, tenant_id: str, size: int) -> bool:

@@ -65,6 +65,13 @@ class Settings(BaseSettings):
         60.0, gt=0, description="Re-enqueue a queued job whose message seems lost after this long."
     )
     max_attempts: int = Field(3, ge=1, description="Claims a job gets before it fails for good.")
+    worker_devices: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Devices a `grpo-service worker` owns (its --devices default): it trains "
+        "jobs of resources.devices up to this many, one rank per device.",
+    )
     step_timeout_s: float = Field(
         3600.0,
         gt=0,
@@ -114,6 +121,9 @@ class Settings(BaseSettings):
     max_verifier_versions_per_tenant: int = Field(
         10_000, ge=1, description="Verifier versions a tenant may register, all names (429)."
     )
+    max_environment_versions_per_tenant: int = Field(
+        10_000, ge=1, description="Environment versions a tenant may register, all names (429)."
+    )
     max_open_jobs_per_tenant: int = Field(
         100, ge=1, description="Queued, running or cancelling jobs a tenant may have at once."
     )
@@ -123,8 +133,8 @@ class Settings(BaseSettings):
     max_concurrent_tests_per_tenant: int = Field(
         4,
         ge=1,
-        description="`/v1/verifiers/{name}/test` calls a tenant may run at once per API "
-        "process (429 beyond).",
+        description="`/v1/verifiers/{name}/test`, grader runs and `/v1/environments/{name}/test` "
+        "calls a tenant may run at once per API process, all together (429 beyond).",
     )
     idempotency_ttl_s: int = Field(
         24 * 3600, ge=1, description="How long an Idempotency-Key and its response are kept."
@@ -365,6 +375,33 @@ class Settings(BaseSettings):
         16, ge=1, description="Most sequences (choices) serve decodes in one batch."
     )
     serve_device: str | None = Field(None, description="serve's device (unset: cuda if any).")
+
+    # Model judges (docs/verifiers.md, kind `judge`; score_model/label_model graders).
+    judge_base_url: str | None = Field(
+        None,
+        description="OpenAI-compatible base URL (`.../v1`) model judges call; unset: the "
+        "inference backend (GRPO_INFERENCE_URL).",
+    )
+    judge_token: SecretStr | None = Field(
+        None, description="Bearer token sent to GRPO_JUDGE_BASE_URL."
+    )
+    judge_timeout_s: float = Field(
+        120.0, gt=0, allow_inf_nan=False, description="Longest wait for one judge answer."
+    )
+    judge_concurrency: int = Field(
+        4, ge=1, le=64, description="Judge calls one verifier has in flight at once."
+    )
+    judge_deadline_s: float = Field(
+        600.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Deadline for one batch of judge calls; unanswered items are errors.",
+    )
+    judge_allow_private: bool = Field(
+        False,
+        description="Let a tenant's judge endpoint (a secret's base_url) be http or resolve to "
+        "a private address.",
+    )
 
     # Usage (docs/usage.md): POST /v1/jobs/estimate without a measured basis.
     estimate_device_flops: float = Field(

@@ -56,8 +56,21 @@ def get_celery() -> Celery:
     return make_celery(get_settings())
 
 
-def enqueue_training(job_id: str, queue: str = "gpu") -> None:
-    get_celery().send_task(TRAIN_TASK, args=[job_id], queue=queue)
+def celery_queue(queue: str, devices: int = 1) -> str:
+    """The broker queue of a job of `queue` that trains on `devices` devices: the queue itself
+    for one device (as before), `gpu@2` for two. A worker owning N devices consumes the classes
+    1..N (`device_classes`), so the broker hands a job only to a worker it fits; `@` is not
+    allowed in a queue's name, so no class collides with a queue."""
+    return queue if devices <= 1 else f"{queue}@{devices}"
+
+
+def device_classes(queue: str, devices: int) -> list[str]:
+    """The broker queues a worker of `queue` owning `devices` devices consumes."""
+    return [celery_queue(queue, n) for n in range(1, devices + 1)]
+
+
+def enqueue_training(job_id: str, queue: str = "gpu", devices: int = 1) -> None:
+    get_celery().send_task(TRAIN_TASK, args=[job_id], queue=celery_queue(queue, devices))
 
 
 def enqueue_preflight(preflight_id: str, queue: str = "gpu") -> None:

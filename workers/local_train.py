@@ -9,6 +9,9 @@ SPEC has the schema of `POST /v1/jobs`, with two differences:
   `workers.verifiers.open_verifier`, so a `python` verifier runs in the same sandbox as in the
   worker (its errors, e.g. no sandbox available, surface unchanged). Registry verifiers
   (`{"name": ..., "version": ...}` without `kind`) live in the service and are refused here.
+- an environment is a local Python file: `"environment": {"source": "env.py", "max_turns": 4,
+  "timeout_s"?: 10}` (a relative path as the dataset's), run in the same sandbox as in the
+  worker; its name is the file's stem. With an environment, `verifiers` may be left out.
 
 It calls the same `workers.grpo.trainer.train` as the worker, prints one JSON line per step to
 stdout (`{"step": k, **metrics}`), events as JSON lines on stderr, and writes checkpoints to
@@ -16,12 +19,14 @@ stdout (`{"step": k, **metrics}`), events as JSON lines on stderr, and writes ch
 Only periodic checkpoints can be resumed (`--resume-from`): the final one has no trainer state.
 With `--nproc N` (N > 1) the same run goes on N processes (`workers.grpo.launch`: PyTorch's
 elastic launcher, FSDP2; docs/distributed.md); process 0 prints the lines and writes the
-checkpoints, the figures being those of the whole batch.
+checkpoints, the figures being those of the whole batch. Started by `torchrun` (one process of
+a larger launch, e.g. across nodes), it is one rank of that launch's group.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -64,6 +69,7 @@ class LocalJob:
     verifiers: list[dict[str, Any]]
     eval_records: list[dict] | None
     eval_verifiers: list[dict[str, Any]] | None
+    environment: Any = None  # workers.environments.EnvironmentConfig of a local source file
 
 
 @dataclass
@@ -95,7 +101,36 @@ def _read_jsonl(value: Any, base: Path, key: str) -> list[dict]:
     return records
 
 
-def _check_verifiers(value: Any, key: str) -> list[dict[str, Any]]:
+def _local_environment(raw: dict[str, Any], base: Path) -> Any:
+    """The spec's `environment.source` file read into an EnvironmentConfig; `raw` keeps the
+    TrainSpec part (name: the file's stem, max_turns)."""
+    env = raw.get("environment")
+    if env is None:
+        return None
+    if not isinstance(env, dict) or not isinstance(env.get("source"), str):
+        raise LocalSpecError(
+            'environment: locally give the path of its source file: {"source": "env.py", '
+            '"max_turns": 4}; registered environments need the service'
+        )
+    from pydantic import ValidationError
+
+    from workers.environments import EnvironmentConfig
+
+    path = Path(env.pop("source"))
+    path = path if path.is_absolute() or path.exists() else base / path
+    if not path.is_file():
+        raise LocalSpecError(f"environment.source: no such file {str(path)!r}")
+    config = {"source": path.read_text()} | {k: env.pop(k) for k in ("timeout_s",) if k in env}
+    env.setdefault("name", path.stem)
+    try:
+        return EnvironmentConfig.model_validate(config)
+    except ValidationError as exc:
+        raise LocalSpecError(f"environment.source: {exc.errors()[0]['msg']}") from None
+
+
+def _check_verifiers(value: Any, key: str, required: bool = True) -> list[dict[str, Any]]:
+    if not required and value in (None, []):
+        return []
     if not isinstance(value, list) or not value:
         raise LocalSpecError(f"{key}: a non-empty list of inline verifiers is required")
     out = []
@@ -124,7 +159,8 @@ def load_local_job(spec_path: Path) -> LocalJob:
         raise LocalSpecError("SPEC must be a JSON object")
     base = Path(spec_path).resolve().parent
     records = _read_jsonl(raw.pop("dataset", None), base, "dataset")
-    verifiers = _check_verifiers(raw.pop("verifiers", None), "verifiers")
+    environment = _local_environment(raw, base)
+    verifiers = _check_verifiers(raw.pop("verifiers", None), "verifiers", environment is None)
     eval_path, eval_verifiers = raw.pop("eval_dataset", None), raw.pop("eval_verifiers", None)
     for key in SERVICE_ONLY_KEYS:
         raw.pop(key, None)
@@ -136,6 +172,7 @@ def load_local_job(spec_path: Path) -> LocalJob:
         eval_verifiers=None
         if eval_verifiers is None
         else _check_verifiers(eval_verifiers, "eval_verifiers"),
+        environment=environment,
     )
 
 
@@ -172,6 +209,13 @@ def run_local(
 
         check_world(job.spec, nproc)  # before any process starts
         return launch(nproc, _rank, spec_path, out_dir, resume_from, device)[0]
+    if os.environ.get("TORCHELASTIC_RUN_ID") and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # One rank of a launch made outside (torchrun across nodes: k8s/overlays/multinode):
+        # join its group as the ranks `launch` starts do.
+        from workers.grpo.launch import check_world
+
+        check_world(job.spec, int(os.environ["WORLD_SIZE"]), knob="WORLD_SIZE")
+        return _rank(spec_path, out_dir, resume_from, device)
     return _train(job, out_dir, resume_from, device, stdout, stderr)
 
 
@@ -215,6 +259,12 @@ def _train(
         eval_scorers = None
         if job.eval_verifiers is not None:
             eval_scorers = stack.enter_context(open_scorers(job.eval_verifiers))
+        environment = None
+        if job.environment is not None:
+            from workers.environments import SandboxedEnvironment
+
+            name = job.spec.environment.name if job.spec.environment else "environment"
+            environment = stack.enter_context(SandboxedEnvironment(job.environment, name=name))
         result = train(
             job.spec,
             job.records,
@@ -225,5 +275,6 @@ def _train(
             device=device,
             eval_records=job.eval_records,
             eval_scorers=eval_scorers,
+            environment=environment,
         )
     return result.steps_completed

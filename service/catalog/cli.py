@@ -77,8 +77,12 @@ def remove(name: Annotated[str, typer.Argument(help="The model's catalog name.")
 
 
 def _print(rows: list) -> None:
-    table = Table("name", "source", "architecture", "parameters", "context", "chat", "dtype",
-                  "size", "revision")  # fmt: skip
+    table = Table()
+    # The name is what a job's base_model says: one line, never cut at any terminal width.
+    table.add_column("name", no_wrap=True, min_width=max((len(r.name) for r in rows), default=4))
+    for column in ("source", "architecture", "parameters", "context", "chat", "dtype", "size",
+                   "revision"):  # fmt: skip
+        table.add_column(column)
     for r in rows:
         table.add_row(
             r.name, r.source, r.architecture, f"{r.num_parameters:,}", str(r.context_length),

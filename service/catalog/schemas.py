@@ -22,7 +22,7 @@ class ModelOut(BaseModel):
     object: Literal["model"] = "model"
     created: int = Field(description="Unix time.")
     owned_by: str = Field(description="`system` for the catalog, your tenant id for your own.")
-    kind: Literal["base", "checkpoint"]
+    kind: Literal["base", "checkpoint", "fine_tuned"]
     root: str = Field(description="The catalog model under the weights.")
     parent: str | None = Field(None, description="A checkpoint's parent: its job's base_model.")
     architecture: str
@@ -72,6 +72,15 @@ class ModelOut(BaseModel):
             step=ckpt.step,
             format=ckpt.format,  # type: ignore[arg-type]
             final=ckpt.step == job.total_steps,
+        )
+
+    @classmethod
+    def of_fine_tuned(
+        cls, name: str, ckpt: Checkpoint, job: Job, root: CatalogModel | None
+    ) -> ModelOut:
+        """A succeeded fine-tuning job's model (`ft:…`): its final checkpoint, by its name."""
+        return cls.of_checkpoint(ckpt, job, root).model_copy(
+            update={"id": name, "kind": "fine_tuned"}
         )
 
 

@@ -14,6 +14,7 @@ import typer
 from rich.text import Text
 
 from service.client import (
+    cli_environments,  # noqa: F401  (registers `grpo environments`)
     cli_jobs,  # noqa: F401  (registers the jobs and checkpoints commands)
     cli_rollouts,  # noqa: F401  (registers `grpo jobs rollouts`)
     cli_usage,  # noqa: F401  (registers `grpo usage`, `grpo jobs estimate`)

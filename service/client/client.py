@@ -19,6 +19,7 @@ import httpx
 
 from service.client.checkpoints import Checkpoints
 from service.client.config import resolve
+from service.client.environments import Environments
 from service.client.jobs import Jobs
 from service.client.resources import Datasets, Verifiers
 from service.client.transport import Transport
@@ -52,6 +53,7 @@ class Client:
             http=http,
         )
         self.verifiers = Verifiers(self.transport)
+        self.environments = Environments(self.transport)
         self.datasets = Datasets(self.transport)
         self.jobs = Jobs(self.transport)
         self.checkpoints = Checkpoints(self.transport)

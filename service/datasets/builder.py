@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,8 +91,15 @@ def _parser_for(data: bytes) -> Any:
     return ijson.get_backend("python") if maybe and _LONE_SURROGATE.search(data) else ijson
 
 
-def from_jsonl(data: bytes, max_records: int, max_line_bytes: int) -> BuiltDataset:
-    """Errors name the 1-based line numbers; blank lines are skipped."""
+# A line's JSON value -> the record to store, or the line's errors (paths under the line's).
+LineConverter = Callable[[Any, str], tuple[Any, list[FieldError]]]
+
+
+def from_jsonl(
+    data: bytes, max_records: int, max_line_bytes: int, convert: LineConverter | None = None
+) -> BuiltDataset:
+    """Errors name the 1-based line numbers; blank lines are skipped. `convert` turns another
+    line format into records first (OpenAI's `{messages, ...}`: `service.files.lines`)."""
     builder = DatasetBuilder(max_records)
     built = builder.built
     try:
@@ -119,6 +127,14 @@ def from_jsonl(data: bytes, max_records: int, max_line_bytes: int) -> BuiltDatas
             message = f"line {lineno}: nested more than {MAX_DEPTH} levels deep"
             built.errors.append(FieldError(path=path, message=message))
             continue
+        if convert is not None:
+            record, problems = convert(record, path)
+            if problems:
+                built.num_records += 1
+                built.errors += [
+                    FieldError(path=e.path, message=f"line {lineno}: {e.message}") for e in problems
+                ]
+                continue
         builder.add(record, path, lineno)
     if not built.num_records and not built.errors:
         built.errors.append(FieldError(path="$.file", message="the file holds no records"))

@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter
 
-from service.deps import SettingsDep, TenantDep
+from service.deps import SessionDep, SettingsDep, TenantDep
 from service.graders import service
 from service.graders.schemas import (
     GraderRunRequest,
@@ -21,15 +21,19 @@ router = APIRouter(
 
 
 @router.post("/validate", response_model=GraderValidateResponse)
-def validate_grader(body: GraderValidateRequest, tenant: TenantDep) -> GraderValidateResponse:
-    return GraderValidateResponse(grader=service.validate_grader(body.grader))
+def validate_grader(
+    body: GraderValidateRequest, session: SessionDep, tenant: TenantDep, settings: SettingsDep
+) -> GraderValidateResponse:
+    return GraderValidateResponse(
+        grader=service.validate_grader(session, settings, tenant, body.grader)
+    )
 
 
 # A plain `def`: FastAPI runs it on its threadpool, so tenant code never blocks the event loop.
 @router.post("/run", response_model=GraderRunResponse, responses=problems(429, 503))
 def run_grader(
-    body: GraderRunRequest, tenant: TenantDep, settings: SettingsDep
+    body: GraderRunRequest, session: SessionDep, tenant: TenantDep, settings: SettingsDep
 ) -> GraderRunResponse:
     limit = settings.max_concurrent_tests_per_tenant
     with verifier_tests.hold(tenant, limit, "verifier tests and grader runs"):
-        return service.run_grader(body, settings)
+        return service.run_grader(session, tenant, body, settings)

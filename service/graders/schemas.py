@@ -45,7 +45,8 @@ class GraderRunRequest(BaseModel):
 
 
 class GraderRunErrors(BaseModel):
-    """OpenAI's error flags; the model-grader ones are always false here (no model judge)."""
+    """OpenAI's error flags: `model_grader_parse_error` for a judge's answer with no score or
+    label, `model_grader_server_error` (with details) for a judge that did not answer."""
 
     formula_parse_error: bool = False
     invalid_variable_error: bool = False

@@ -19,6 +19,8 @@ from typing import Any
 import httpx
 from sqlalchemy.orm import Session
 
+from service.catalog.fine_tuned import PREFIX as FINE_TUNED_PREFIX
+from service.catalog.fine_tuned import find_fine_tuned
 from service.catalog.service import find_model, find_tenant_checkpoint
 from service.jobs.archive import extract_tar
 from service.models import Checkpoint
@@ -38,14 +40,19 @@ class Target:
 
 
 def resolve(session: Session, tenant_id: str, model: str) -> Target:
-    if model.startswith("ckpt_"):
-        found = find_tenant_checkpoint(session, tenant_id, model)
+    """A fine-tuned model's name (`ft:…`, service.catalog.fine_tuned) is its job's final
+    checkpoint: the backend is asked for that checkpoint's id."""
+    if model.startswith(("ckpt_", FINE_TUNED_PREFIX)):
+        if model.startswith(FINE_TUNED_PREFIX):
+            found = find_fine_tuned(session, tenant_id, model)
+        else:
+            found = find_tenant_checkpoint(session, tenant_id, model)
         if found is None:
             raise not_found("model", model)
         ckpt, job = found
         session.expunge(ckpt)
         return Target(
-            model,
+            ckpt.id,
             adapter=ckpt if ckpt.format != "full" else None,
             lineage=bool(job.spec.get("lineage")),
             full=ckpt.format == "full",

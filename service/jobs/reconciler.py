@@ -37,9 +37,10 @@ def reconcile(session: Session, settings: Settings, queue_depth: QueueDepth) -> 
     stale = utcnow() - timedelta(seconds=settings.requeue_after_seconds)
     empty_queues: dict[str, bool] = {}
     for job in lifecycle.waiting_since(session, stale):
-        if job.queue not in empty_queues:
-            empty_queues[job.queue] = queue_depth(job.queue) == 0
-        if empty_queues[job.queue]:
+        broker_queue = worker.celery_queue(job.queue, job.devices)  # its device class's
+        if broker_queue not in empty_queues:
+            empty_queues[broker_queue] = queue_depth(broker_queue) == 0
+        if empty_queues[broker_queue]:
             lifecycle.requeue(session, job)
             to_enqueue.append(job)
     session.flush()
@@ -48,9 +49,10 @@ def reconcile(session: Session, settings: Settings, queue_depth: QueueDepth) -> 
 
 def run_once(settings: Settings) -> int:
     with session_scope() as session:
-        jobs = [(j.id, j.queue) for j in reconcile(session, settings, worker.queue_depth)]
-    for job_id, queue in jobs:
-        worker.enqueue_training(job_id, queue)
+        found = reconcile(session, settings, worker.queue_depth)
+        jobs = [(j.id, j.queue, j.devices) for j in found]
+    for job_id, queue, devices in jobs:
+        worker.enqueue_training(job_id, queue, devices)
     return len(jobs)
 
 

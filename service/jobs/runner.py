@@ -28,6 +28,7 @@ from service.db import session_scope
 from service.ids import new_id
 from service.jobs import lifecycle, resume
 from service.jobs.archive import make_tar
+from service.jobs.environment import open_environment
 from service.jobs.preflight_run import gate as preflight_gate
 from service.jobs.progress import Beacon
 from service.jobs.rollout_store import RolloutWriter
@@ -37,6 +38,7 @@ from service.jobs.trackers import JobTrackers
 from service.jobs.uploads import error_code, upload_verified
 from service.jobs.usage import UsageMeter, record_step_usage
 from service.jobs.weights import base_weights
+from service.judges.endpoints import judge_context
 from service.models import Checkpoint, Job
 from service.settings import Settings, get_settings
 from service.storage import ObjectStorage, open_storage_from_settings
@@ -48,7 +50,10 @@ TRACKER_SAMPLE_ROWS = 16  # completions per step in a tracker's sample table (on
 
 
 class JobRun:
-    """One claimed attempt at a job: holds the epoch and turns engine callbacks into writes."""
+    """One claimed attempt at a job: holds the epoch and turns engine callbacks into writes.
+    In a job's group of ranks (`ranks.py`) it is rank 0's: the other ranks write nothing."""
+
+    lead = True  # writes the job's rows (a `ranks.Follower` does not)
 
     def __init__(
         self,
@@ -215,9 +220,11 @@ class JobRun:
         with session_scope() as session:
             paused = lifecycle.pause_attempt(session, self.job_id, self.epoch, self.step)
             released = not paused and lifecycle.release(session, self.job_id, self.epoch)
-            queue = session.scalar(select(Job.queue).where(Job.id == self.job_id))
+            row = session.execute(
+                select(Job.queue, Job.devices).where(Job.id == self.job_id)
+            ).one_or_none()
         if released:
-            enqueue_training(self.job_id, queue or "gpu")
+            enqueue_training(self.job_id, *(row or ("gpu", 1)))
         elif not paused and not self.lost.is_set():
             self.finish("cancelled")
 
@@ -262,24 +269,37 @@ def run_job(job_id: str, settings: Settings | None = None) -> None:
         run_claimed(*claimed, settings)
 
 
+def attempt_dir(settings: Settings, job_id: str, epoch: int) -> Path:
+    """The attempt's local folder (downloads, checkpoints), removed when it ends."""
+    return settings.data_path / "work" / job_id / f"e{epoch}"
+
+
 def run_claimed(
     job: Job,
     epoch: int,
     settings: Settings,
     beacon: Beacon | None = None,
     release_requested: threading.Event | None = None,
+    device: str | None = None,
 ) -> int:
-    """Train one claimed attempt; returns DONE or LEFT_TO_RECONCILER."""
+    """Train one claimed attempt; returns DONE or LEFT_TO_RECONCILER. On `device` (default:
+    the engine's choice); as rank 0 of a group of ranks (`ranks.py`) when a process group is
+    initialised: then a rank that dies makes the others' collectives fail, and that failure
+    is left to the group's launcher (an exit, not a recorded outcome: the job resumes)."""
     job_id = job.id
     job_context.set({"job_id": job_id, "epoch": epoch})
     log.info("training job %s (epoch %d)", job_id, epoch)
     storage = open_storage_from_settings(settings)
     run = JobRun(job, epoch, settings, storage, beacon, release_requested)
-    work_dir = settings.data_path / "work" / job_id / f"e{epoch}"
+    group = job.devices > 1
+    work_dir = attempt_dir(settings, job_id, epoch)
+    # In a group the ranks share the checkpoint folder (each writes its optimizer shards
+    # there); downloads are each rank's own; the launcher removes the attempt's folder.
+    own_dir = work_dir / "rank0" if group else work_dir
     try:
-        run.trackers = JobTrackers.open(job, epoch, settings, storage, work_dir, run.on_event)
+        run.trackers = JobTrackers.open(job, epoch, settings, storage, own_dir, run.on_event)
         with run.sigterm_releases():
-            _train(run, job, storage, work_dir)
+            _train(run, job, storage, own_dir, work_dir / "train", device)
     except lifecycle.LeaseLost:
         log.warning("job %s epoch %s: lease lost, this run writes nothing more", job_id, epoch)
     except OperationalError:
@@ -290,16 +310,34 @@ def run_claimed(
         )
         return LEFT_TO_RECONCILER
     except Exception as exc:  # every failure ends the job with its reason
+        if group and _peer_lost(exc):
+            raise  # another rank died: the launcher ends the attempt, the job resumes
         log.exception("job %s failed", job_id)
         run.finish("failed", {"code": error_code(exc), "message": str(exc)[:2000]})
     finally:
         if run.trackers is not None:
             run.trackers.close(job_id)  # after the outcome: the runs end with the job's status
-        shutil.rmtree(work_dir, ignore_errors=True)
+        if not group:
+            shutil.rmtree(work_dir, ignore_errors=True)
     return DONE
 
 
-def _train(run: JobRun, job: Job, storage: ObjectStorage, work_dir: Path) -> None:
+def _peer_lost(exc: BaseException) -> bool:
+    from workers.grpo.launch import peer_lost
+
+    return peer_lost(exc)
+
+
+def _train(
+    run: Any,
+    job: Job,
+    storage: ObjectStorage,
+    work_dir: Path,
+    train_dir: Path,
+    device: str | None = None,
+) -> None:
+    """One attempt's training, for a `JobRun` (which records) or a `ranks.Follower` (another
+    rank of the group: the same data, model and verifiers, no writes)."""
     from workers.grpo.config import TrainSpec
     from workers.grpo.trainer import TrainHooks, train
 
@@ -322,21 +360,33 @@ def _train(run: JobRun, job: Job, storage: ObjectStorage, work_dir: Path) -> Non
         on_event=run.on_event,
     )
     policy = job.spec.get("rollouts", "all")
-    store = run.rollout_writer(policy, spec.grpo.seed) if policy != "none" else None
+    store = run.rollout_writer(policy, spec.grpo.seed) if policy != "none" and run.lead else None
     if store is not None or run.trackers is not None:
         hooks.on_rollouts = lambda step, split, rows: run.on_rollouts(store, step, split, rows)
     eval_refs = job.spec.get("eval_verifiers") or job.spec["verifiers"]
+    judges = judge_context(run.settings, job.tenant_id)  # one judge cache for the attempt
+    on_step = hooks.on_step
+
+    def on_step_with_judges(step: int, metrics: dict[str, float]) -> None:
+        metrics.update(judges.take_metrics())  # judge/<name>/calls, cache_hits, seconds...
+        on_step(step, metrics)
+
+    hooks.on_step = on_step_with_judges
+    eval_used = eval_refs if eval_records else []
     with (
-        open_scorers(job.tenant_id, job.spec["verifiers"], run.beacon) as scorers,
-        open_scorers(job.tenant_id, eval_refs if eval_records else [], run.beacon) as eval_scorers,
+        open_scorers(job.tenant_id, job.spec["verifiers"], run.beacon, judges) as scorers,
+        open_scorers(job.tenant_id, eval_used, run.beacon, judges) as eval_scorers,
+        open_environment(job) as environment,  # None unless the job trains on episodes
     ):
         # `preflight: require`: refuse the job before its first step on a fatal warning
-        preflight_gate(job, records, scorers, weights, run.settings, run.on_event)
+        if run.lead:
+            preflight_gate(job, records, scorers, weights, run.settings, run.on_event)
+        judges.take_metrics()  # the gate's judge calls are no step's
         result = train(
-            spec, records, run.usage.metered(scorers), work_dir / "train", hooks,
-            resume_from=resume_from, eval_records=eval_records,
+            spec, records, run.usage.metered(scorers), train_dir, hooks,
+            resume_from=resume_from, device=device, eval_records=eval_records,
             eval_scorers=run.usage.metered(eval_scorers) or None,
-            weights=weights,
+            weights=weights, environment=environment,
         )  # fmt: skip
     if run.lost.is_set():
         return

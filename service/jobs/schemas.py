@@ -1,6 +1,14 @@
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
 
 from service.schemas import UtcDateTime
 from workers.grpo.config import TrainSpec
@@ -19,6 +27,24 @@ class VerifierRef(BaseModel):
         None, ge=1, le=2**31 - 1, description="Pinned to the latest when omitted."
     )
     weight: float = Field(1.0, ge=-1e6, le=1e6, allow_inf_nan=False)
+
+
+MAX_DEVICES = 64  # devices (ranks) one job may ask for; a worker's declared count is the same
+
+
+class Resources(BaseModel):
+    """What one attempt at the job runs on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    devices: int = Field(
+        1,
+        ge=1,
+        le=MAX_DEVICES,
+        description="Devices (processes, one rank each: torch.distributed, FSDP2) the job "
+        "trains on, on one worker; grpo.prompts_per_step must split into whole groups across "
+        "them. A queue's live workers must own as many (`grpo-service worker --devices N`).",
+    )
 
 
 class JobCreate(TrainSpec):
@@ -52,7 +78,13 @@ class JobCreate(TrainSpec):
     eval_dataset: str | None = Field(
         None, max_length=200, description="Held-out dataset: id, or unambiguous name."
     )
-    verifiers: list[VerifierRef] = Field(min_length=1, max_length=16)
+    verifiers: list[VerifierRef] = Field(
+        default_factory=list,
+        max_length=16,
+        validate_default=True,
+        description="At least one, unless an `environment` scores the episodes (then they "
+        "score the final transcript and add to the episode's reward).",
+    )
     eval_verifiers: list[VerifierRef] | None = Field(
         None, min_length=1, max_length=16, description="Defaults to verifiers."
     )
@@ -63,6 +95,7 @@ class JobCreate(TrainSpec):
         "(ckpt_…) to fine-tune from.",
     )
     queue: str = Field("gpu", pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
+    resources: Resources = Field(default_factory=Resources)
     rollouts: str = Field(
         "all",
         pattern=r"^(all|none|sample:[1-9][0-9]{0,5})$",
@@ -93,6 +126,15 @@ class JobCreate(TrainSpec):
     trackio_secret: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.\-]{1,100}$", description="Your secret with the HF token."
     )
+
+    @field_validator("verifiers")
+    @classmethod
+    def _something_scores(cls, v: list[VerifierRef], info: ValidationInfo) -> list[VerifierRef]:
+        """A reward comes from verifiers, an environment or both. `environment` (a TrainSpec
+        field) is validated before this one; absent from `info.data` when it was invalid."""
+        if not v and "environment" in info.data and info.data["environment"] is None:
+            raise ValueError("at least one verifier, unless the job names an `environment`")
+        return v
 
 
 def _fork_step(value: object) -> int | str:

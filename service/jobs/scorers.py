@@ -16,9 +16,11 @@ from sqlalchemy import select
 
 from service.db import session_scope
 from service.jobs.progress import Beacon
+from service.judges.endpoints import judge_context
 from service.models import VerifierVersion
+from service.settings import get_settings
 from service.verifiers.service import make_resolver
-from workers.verifiers import BuiltinHost, Verifier, open_verifier
+from workers.verifiers import BuiltinHost, JudgeContext, Verifier, open_verifier
 
 
 @dataclass
@@ -40,8 +42,15 @@ class WeightedVerifier:
 
 @contextmanager
 def open_scorers(
-    tenant_id: str, pinned: list[dict[str, Any]], beacon: Beacon | None = None
+    tenant_id: str,
+    pinned: list[dict[str, Any]],
+    beacon: Beacon | None = None,
+    judges: JudgeContext | None = None,
 ) -> Iterator[list[WeightedVerifier]]:
+    """The pinned verifiers, opened; model judges call through `judges` (shared by a job's
+    training and eval verifiers: one cache, one set of counters), else a context of their own."""
+    if judges is None:
+        judges = judge_context(get_settings(), tenant_id)
     with session_scope() as session, ExitStack() as stack:
         host = BuiltinHost()  # one helper process for every built-in leaf of these verifiers
         stack.callback(host.close)
@@ -63,7 +72,14 @@ def open_scorers(
                 name=row.name,
                 weight=weight,
                 verifier=stack.enter_context(
-                    open_verifier(row.kind, row.config, name=row.name, resolve=resolve, host=host)
+                    open_verifier(
+                        row.kind,
+                        row.config,
+                        name=row.name,
+                        resolve=resolve,
+                        host=host,
+                        judges=judges,
+                    )  # fmt: skip
                 ),
                 beacon=beacon or Beacon(None),
             )

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from service import open_jobs
 from service.datasets.service import find_dataset_by_reference
 from service.db import after_commit
+from service.environments import service as environments
 from service.ids import new_id
 from service.jobs import budget, lifecycle, model_checks, worker_registry
 from service.jobs.base_model import ResolvedBase, resolve_base
@@ -52,6 +53,23 @@ def _pin_verifiers(
     return pinned, errors
 
 
+def _pin_environment(
+    session: Session, tenant_id: str, body: JobCreate
+) -> tuple[dict[str, Any], list[FieldError]]:
+    """`environment` with its version pinned (the latest when unset) and the version's sha256
+    as `environment_sha256`: spec fields to store, or the error naming the reference."""
+    env = body.environment
+    if env is None:
+        return {}, []
+    pinned = environments.pin(session, tenant_id, env.name, env.version)
+    if pinned is None:
+        label = env.name if env.version is None else f"{env.name} version {env.version}"
+        return {}, [FieldError(path="$.environment.name", message=f"no environment {label}")]
+    version, sha256 = pinned
+    stored = {**env.model_dump(mode="json"), "version": version}
+    return {"environment": stored, "environment_sha256": sha256}, []
+
+
 @dataclass
 class Submission:
     """A submission that passed every check: the spec as stored (references pinned) and what
@@ -87,7 +105,10 @@ def validate_submission(
         )
     else:  # defaults to the training verifiers: the same pins, no second round of lookups
         eval_verifiers, eval_errors = [dict(v) for v in verifiers], []
-    errors += verifier_errors + eval_errors + model_checks.check_queue(body, settings)
+    environment, environment_errors = _pin_environment(session, tenant_id, body)
+    errors += verifier_errors + eval_errors + environment_errors
+    errors += model_checks.check_queue(body, settings)
+    errors += worker_registry.check_devices(session, body, settings)
     errors += check_trackers(session, tenant_id, body, settings)
     errors += check_sandbox_caps(
         session, tenant_id, verifiers, eval_verifiers if body.eval_dataset else [], settings
@@ -113,6 +134,7 @@ def validate_submission(
         eval_verifiers=eval_verifiers,
         base_model_revision=base.model.revision,
         lineage=base.lineage,
+        **environment,
     )
     return Submission(spec, base, datasets, estimate)
 
@@ -133,6 +155,7 @@ def create_job(
         spec=spec,
         total_steps=body.grpo.steps,
         queue=body.queue,
+        devices=body.resources.devices,
         base_model=base.model.name,
         parent_checkpoint=base.parent.id if base.parent else None,
         memory_estimate=estimate.as_dict() if estimate else None,
@@ -140,15 +163,15 @@ def create_job(
     open_jobs.reserve_open_job(session, tenant_id, settings)  # exact: under a per-tenant lock
     lifecycle.create(session, job)
     worker_registry.warn_if_unserved(session, job, settings)
-    after_commit(session, lambda: _wake_workers(job.id, body.queue))
+    after_commit(session, lambda: _wake_workers(job.id, body.queue, job.devices))
     return job
 
 
-def _wake_workers(job_id: str, queue: str) -> None:
+def _wake_workers(job_id: str, queue: str, devices: int = 1) -> None:
     """Send the wake-up; if the broker is down, the committed row is enough: the reconciler
     enqueues queued jobs whose message never arrived."""
     try:
-        enqueue_training(job_id, queue)
+        enqueue_training(job_id, queue, devices)
     except Exception:
         log.warning("could not enqueue job %s; the reconciler will retry", job_id, exc_info=True)
 
@@ -186,8 +209,8 @@ def resume_job(session: Session, settings: Settings, job: Job) -> Job:
         lifecycle.resume(session, job)
     except lifecycle.WrongStatus as exc:  # moved on since we read it (a concurrent resume)
         raise conflict(str(exc)) from None
-    queue = job.queue
-    after_commit(session, lambda: _wake_workers(job.id, queue))
+    queue, devices = job.queue, job.devices
+    after_commit(session, lambda: _wake_workers(job.id, queue, devices))
     return job
 
 

@@ -5,7 +5,9 @@ with the progress pipe's descriptor in GRPO_PROGRESS_FD. Everything tenant-drive
 the worker (the engine on the tenant's data, the verifier sandboxes and built-in helper it
 starts) runs here or below, never in the process that renews the lease. It dies with its
 watchdog (PR_SET_PDEATHSIG), and its exit status tells the watchdog what is left to do
-(`runner.DONE`, `runner.LEFT_TO_RECONCILER`; anything else is a crash).
+(`runner.DONE`, `runner.LEFT_TO_RECONCILER`; anything else is a crash). A job of
+`resources.devices` N > 1 is trained by N ranks this process launches as its children, in its
+group (`ranks.py`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ def main(argv: list[str]) -> int:
         if job is None or job.epoch != epoch:
             return 0  # taken over before we started: nothing of it is ours
         session.expunge(job)
+    if job.devices > 1:
+        from service.jobs.ranks import run_group
+
+        return run_group(job, epoch, settings, beacon, release)
     return run_claimed(job, epoch, settings, beacon, release)
 
 

@@ -13,6 +13,7 @@ log = logging.getLogger(__name__)
 ERROR_CODES = {
     "ModelLoadError": "model_load_error",
     "VerifierBudgetExceeded": "verifier_budget_exceeded",
+    "EnvironmentBudgetExceeded": "environment_budget_exceeded",
     "SandboxUnavailableError": "sandbox_unavailable",
     "LookupError": "missing_reference",
     "NonFiniteTraining": "non_finite_training",

@@ -65,7 +65,7 @@ def supervise_job(
     job, epoch = claimed
     job_context.set({"job_id": job_id, "epoch": epoch})
     log.info("claimed job %s (epoch %d)", job_id, epoch)
-    watch = Watchdog(job_id, epoch, job.queue, settings)
+    watch = Watchdog(job_id, epoch, job.queue, settings, job.devices)
     try:
         with watch.passing_sigterm_on():
             watch.start(command or trainer_command(job_id, epoch))
@@ -75,8 +75,11 @@ def supervise_job(
 
 
 class Watchdog:
-    def __init__(self, job_id: str, epoch: int, queue: str, settings: Settings) -> None:
+    def __init__(
+        self, job_id: str, epoch: int, queue: str, settings: Settings, devices: int = 1
+    ) -> None:
         self.job_id, self.epoch, self.queue, self.settings = job_id, epoch, queue, settings
+        self.devices = devices
         self.step_budget = settings.step_timeout_for(queue)
         self.proc: subprocess.Popen[bytes] | None = None
         self.progress = Progress()
@@ -265,7 +268,7 @@ class Watchdog:
             log.exception("job %s: could not record the end of its attempt", self.job_id)
             return
         if status == "queued":
-            enqueue_training(self.job_id, self.queue)
+            enqueue_training(self.job_id, self.queue, self.devices)
         log.info("job %s epoch %s ended: %s", self.job_id, self.epoch, status or "not ours")
 
 

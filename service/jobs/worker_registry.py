@@ -7,6 +7,10 @@ would wait forever without a word, so it gets a `no_worker` warning event (it is
 accepted: a worker may be on its way, as in an autoscaled pool). The table is written by the
 worker's own process, not the training process, so a training step that spins for minutes
 cannot make a worker look dead.
+
+Each row also holds the devices the worker owns (`--devices N`): a job asking for more than
+any live worker of its queue owns is refused at submission (`check_devices`, a 422 naming the
+queue's capacity); a queue with no live worker at all accepts it, with the warning above.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ from sqlalchemy.orm import Session
 
 from service.db import session_scope
 from service.jobs import lifecycle
+from service.jobs.schemas import JobCreate
 from service.models import Job, WorkerHeartbeat
 from service.models.base import utcnow
+from service.problems import FieldError
 from service.settings import Settings
+from workers.grpo.world import WorldSizeError, check_world
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +49,9 @@ def live_window(settings: Settings) -> timedelta:
     return timedelta(seconds=LIVE_BEATS * settings.heartbeat_seconds)
 
 
-def beat(session: Session, worker_id: str, queues: Sequence[str], now: datetime) -> None:
+def beat(
+    session: Session, worker_id: str, queues: Sequence[str], now: datetime, devices: int = 1
+) -> None:
     """Renew this worker's rows, creating them on its first beat. Only this worker writes
     them, so update-then-insert cannot race with another writer."""
     for queue in queues:
@@ -60,6 +69,7 @@ def beat(session: Session, worker_id: str, queues: Sequence[str], now: datetime)
                     queue=queue,
                     hostname=hostname,
                     pid=int(pid) if pid.isdigit() else 0,
+                    devices=devices,
                     started_at=now,
                     last_seen_at=now,
                 )
@@ -91,6 +101,34 @@ def live_workers(session: Session, queue: str, settings: Settings) -> int:
     )
 
 
+def queue_capacity(session: Session, queue: str, settings: Settings) -> int | None:
+    """The most devices a live worker of `queue` owns; None when no live worker serves it."""
+    since = utcnow() - live_window(settings)
+    return session.scalar(
+        select(func.max(WorkerHeartbeat.devices)).where(
+            WorkerHeartbeat.queue == queue, WorkerHeartbeat.last_seen_at >= since
+        )
+    )
+
+
+def check_devices(session: Session, body: JobCreate, settings: Settings) -> list[FieldError]:
+    """`resources.devices` the batch splits across, and no more than the queue's live workers
+    own (a queue nobody serves yet accepts any: a worker may be on its way)."""
+    devices, path = body.resources.devices, "$.resources.devices"
+    try:
+        check_world(body, devices, knob="resources.devices")
+    except WorldSizeError as exc:
+        return [FieldError(path=path, message=str(exc))]
+    capacity = queue_capacity(session, body.queue, settings) if devices > 1 else None
+    if capacity is None or devices <= capacity:
+        return []
+    message = (
+        f"{devices} devices asked, but the live workers of queue '{body.queue}' own at most "
+        f"{capacity} (grpo-service worker --devices N --queue {body.queue})"
+    )
+    return [FieldError(path=path, message=message)]
+
+
 def warn_if_unserved(session: Session, job: Job, settings: Settings) -> bool:
     """Add a `no_worker` event to a just-created job whose queue has no live worker."""
     if live_workers(session, job.queue, settings):
@@ -108,16 +146,17 @@ def this_worker() -> str:
 
 
 @contextmanager
-def registered(queues: Sequence[str], settings: Settings) -> Iterator[None]:
-    """Keep this process's rows for `queues` renewed while the block runs; delete them after.
-    A database that is down only delays the beats: the worker itself runs on."""
+def registered(queues: Sequence[str], settings: Settings, devices: int = 1) -> Iterator[None]:
+    """Keep this process's rows for `queues` (with the `devices` it owns) renewed while the
+    block runs; delete them after. A database that is down only delays the beats: the worker
+    itself runs on."""
     worker_id, stop = this_worker(), threading.Event()
 
     def run() -> None:
         while True:
             try:
                 with session_scope() as session:
-                    beat(session, worker_id, queues, utcnow())
+                    beat(session, worker_id, queues, utcnow(), devices)
             except Exception:
                 log.warning("worker heartbeat failed; retrying", exc_info=True)
             if stop.wait(settings.heartbeat_seconds):

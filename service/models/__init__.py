@@ -5,6 +5,7 @@ from service.models.base import Base
 from service.models.catalog_model import CatalogModel
 from service.models.checkpoint import Checkpoint
 from service.models.dataset import Dataset
+from service.models.environment import EnvironmentVersion
 from service.models.idempotency_key import IdempotencyKey
 from service.models.job import FINAL_STATUSES, LIVE_STATUSES, UNFINISHED_STATUSES, Job
 from service.models.job_event import JobEvent
@@ -29,6 +30,7 @@ __all__ = [
     "CatalogModel",
     "Checkpoint",
     "Dataset",
+    "EnvironmentVersion",
     "IdempotencyKey",
     "Job",
     "JobEvent",

@@ -24,3 +24,5 @@ class Dataset(Base):
     # the first time a job names the pair.
     prompt_stats: Mapped[dict] = mapped_column(default=dict)
     deleted_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Set when the dataset was uploaded as an OpenAI file (POST /v1/files): `fine-tune`.
+    purpose: Mapped[str | None] = mapped_column(String(32), default=None)

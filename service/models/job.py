@@ -1,6 +1,6 @@
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, Integer, String
+from sqlalchemy import JSON, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.models.base import Base, utcnow
@@ -38,6 +38,9 @@ class Job(Base):
     lease_until: Mapped[datetime | None] = mapped_column(default=None)
     enqueued_at: Mapped[datetime | None] = mapped_column(default=None)
     queue: Mapped[str] = mapped_column(String(64), default="gpu")
+    # Devices (ranks) one attempt trains on: `resources.devices` of the spec; routes it to a
+    # worker that owns as many (`service.worker.celery_queue`).
+    devices: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     # The catalog model under this job's weights (through any chain of checkpoints).
     base_model: Mapped[str | None] = mapped_column(String(100), index=True, default=None)
     # Peak device memory estimated at submission (workers.grpo.memory), by part, in bytes.
@@ -48,6 +51,9 @@ class Job(Base):
     # Forked from another job's checkpoint: {job_id, step, checkpoint_id}; a fork with no
     # checkpoint of its own yet resumes from that one (trainer state and step numbering too).
     forked_from: Mapped[dict | None] = mapped_column(default=None)
+    # Created through POST /v1/fine_tuning/jobs: the OpenAI request it came from (model, files,
+    # suffix, seed, method with its hyperparameters resolved), for its fine_tuning.job view.
+    fine_tuning: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)

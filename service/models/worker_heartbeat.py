@@ -16,5 +16,6 @@ class WorkerHeartbeat(Base):
     queue: Mapped[str] = mapped_column(String(100), primary_key=True, index=True)
     hostname: Mapped[str] = mapped_column(String(255))
     pid: Mapped[int] = mapped_column(Integer)
+    devices: Mapped[int] = mapped_column(Integer, default=1, server_default="1")  # it owns
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -1,5 +1,6 @@
 """Routes of the dashboard: `/ui` (log in, jobs), `/ui/jobs/{id}` (one job: curves, samples),
-`/ui/compare?jobs=a,b` (runs overlaid), `/ui/static/*`.
+`/ui/jobs/{id}/playground` (base and checkpoint side by side), `/ui/compare?jobs=a,b` (runs
+overlaid), `/ui/static/*`.
 
 The pages hold no data: the browser fetches everything from `/v1` with the API key, so these
 routes need no auth and never touch the database. Nothing is fetched from the internet.
@@ -20,7 +21,7 @@ STATIC_TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg
 PAGE = Template((HERE / "templates" / "page.html").read_text(encoding="utf-8"))
 BODIES = {
     name: (HERE / "templates" / f"{name}.html").read_text(encoding="utf-8")
-    for name in ("jobs", "job", "compare")
+    for name in ("jobs", "job", "compare", "playground")
 }
 # The pages run only their own scripts and styles and talk only to this origin: an injected
 # script or style in fetched data could neither run nor send the API key elsewhere.
@@ -67,6 +68,12 @@ def compare_page() -> HTMLResponse:
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 def job_page(job_id: str) -> HTMLResponse:
     return render("job", job_id, job_id)
+
+
+@router.get("/jobs/{job_id}/playground", response_class=HTMLResponse)
+def playground_page(job_id: str) -> HTMLResponse:
+    """One prompt, the job's base model and a checkpoint of it answering side by side."""
+    return render("playground", f"Playground {job_id}", job_id)
 
 
 @router.get("/static/{name}")

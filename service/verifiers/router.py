@@ -84,4 +84,4 @@ def test_verifier(
     with verifier_tests.hold(tenant, limit, "verifier tests"):
         row = service.get_version(session, tenant, name, body.version)
         check_test_cap(row.kind, row.config, service.make_resolver(session, tenant), settings)
-        return service.run_test(session, row, body)
+        return service.run_test(session, row, body, settings)

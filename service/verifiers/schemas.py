@@ -13,6 +13,7 @@ VerifierKind = Literal[
     "json_schema",
     "composite",
     "openai_grader",
+    "judge",
 ]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$"
 

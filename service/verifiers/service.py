@@ -11,6 +11,8 @@ from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from service.ids import new_id
+from service.judges.checks import judge_errors
+from service.judges.endpoints import judge_context
 from service.models import VerifierVersion
 from service.problems import FieldError, ProblemError, invalid, not_found
 from service.quotas import check_verifier_quota
@@ -46,6 +48,8 @@ def create_version(
                 for p, m in exc.errors
             ]
         ) from exc
+    if errors := judge_errors(session, settings, tenant_id, body.kind, config, "$.config"):
+        raise invalid(errors)  # a judge's model or secret this tenant cannot use
     latest = session.scalar(
         select(func.max(VerifierVersion.version)).where(
             VerifierVersion.tenant_id == tenant_id, VerifierVersion.name == body.name
@@ -78,20 +82,23 @@ def make_resolver(session: Session, tenant_id: str) -> Resolver:
     return resolve
 
 
-def _version_lookup(*columns: Any) -> tuple[Select[Any], Select[Any]]:
-    """(latest version, exact version) of a tenant's named verifier, with bound parameters."""
+def version_lookup(model: Any, *columns: Any) -> tuple[Select[Any], Select[Any]]:
+    """(latest version, exact version) of a tenant's named `model` row (a verifier or an
+    environment version: both have tenant_id, name, version), with bound parameters."""
     of_name = select(*columns).where(
-        VerifierVersion.tenant_id == bindparam("tenant"), VerifierVersion.name == bindparam("name")
+        model.tenant_id == bindparam("tenant"), model.name == bindparam("name")
     )
-    latest = of_name.order_by(VerifierVersion.version.desc()).limit(1)
-    return latest, of_name.where(VerifierVersion.version == bindparam("version"))
+    latest = of_name.order_by(model.version.desc()).limit(1)
+    return latest, of_name.where(model.version == bindparam("version"))
 
 
-_ROW = _version_lookup(VerifierVersion)
-_PIN = _version_lookup(VerifierVersion.name, VerifierVersion.version, VerifierVersion.sha256)
+_ROW = version_lookup(VerifierVersion, VerifierVersion)
+_PIN = version_lookup(
+    VerifierVersion, VerifierVersion.name, VerifierVersion.version, VerifierVersion.sha256
+)
 
 
-def _params(tenant_id: str, name: str, version: int | None) -> dict[str, Any]:
+def version_params(tenant_id: str, name: str, version: int | None) -> dict[str, Any]:
     return {"tenant": tenant_id, "name": name, "version": version}
 
 
@@ -99,13 +106,13 @@ def find_version(
     session: Session, tenant_id: str, name: str, version: int | None = None
 ) -> VerifierVersion | None:
     stmt = _ROW[0] if version is None else _ROW[1]
-    return session.scalar(stmt, _params(tenant_id, name, version))
+    return session.scalar(stmt, version_params(tenant_id, name, version))
 
 
 def find_pin(session: Session, tenant_id: str, name: str, version: int | None = None) -> Any:
     """As find_version, reading just (name, version, sha256): what a job pins."""
     stmt = _PIN[0] if version is None else _PIN[1]
-    return session.execute(stmt, _params(tenant_id, name, version)).first()
+    return session.execute(stmt, version_params(tenant_id, name, version)).first()
 
 
 def get_version(
@@ -119,7 +126,7 @@ def get_version(
 
 
 def run_test(
-    session: Session, row: VerifierVersion, body: VerifierTestRequest
+    session: Session, row: VerifierVersion, body: VerifierTestRequest, settings: Settings
 ) -> VerifierTestResult:
     """Score samples through exactly the code path training uses. Everything the verifier
     needs is read first and the session's connection released before tenant code runs: a slow
@@ -138,7 +145,10 @@ def run_test(
     started = time.perf_counter()
     try:
         # Opened and scored on this one thread: the sandbox dies with the thread that made it.
-        with open_verifier(kind, config, name=name, resolve=resolve) as verifier:
+        judges = judge_context(settings, row.tenant_id)  # model judges call from this thread
+        with open_verifier(
+            kind, config, name=name, resolve=resolve, judges=judges
+        ) as verifier:  # fmt: skip
             scores, errs = verifier.score(body.samples)
     except SandboxUnavailableError as exc:
         raise ProblemError(503, "Sandbox Unavailable", str(exc)) from exc

@@ -55,6 +55,19 @@ def any_api(request: pytest.FixtureRequest) -> RunningService:
     return request.getfixturevalue("api" if request.param == "sqlite" else "api_pg")
 
 
+CHAT_MODEL = "tiny-chat"
+
+
+@pytest.fixture(scope="session")
+def chat_model(api: RunningService, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The tiny model with a chat template, in `api`'s catalog: OpenAI's fine-tuning files hold
+    chat messages (tests/api/test_fine_tuning.py, test_tenancy.py)."""
+    from workers.grpo.tiny_model import make_tiny_model
+
+    api.add_model(CHAT_MODEL, make_tiny_model(tmp_path_factory.mktemp("chat"), chat_template=True))
+    return CHAT_MODEL
+
+
 def tenant_client(svc: RunningService, name: str | None = None) -> httpx.Client:
     return svc.client(svc.new_key(name or f"t-{secrets.token_hex(4)}"))
 

@@ -73,10 +73,14 @@ def test_a_bad_grader_is_a_422_naming_the_field(
         assert any(e["path"] == path and message in e["message"] for e in body["errors"]), body
 
 
-def test_a_model_grader_is_a_400_and_a_bad_key_a_401(api: RunningService, sdk: OpenAI) -> None:
-    judge = {"type": "score_model", "name": "judge", "model": "tiny", "input": []}
-    with pytest.raises(openai.BadRequestError, match="need a model judge"):
+def test_a_judges_unknown_model_is_a_422_and_a_bad_key_a_401(
+    api: RunningService, sdk: OpenAI
+) -> None:
+    judge = {"type": "score_model", "name": "judge", "model": "no-such-model",
+             "input": [{"role": "user", "content": "{{sample.output_text}}"}]}  # fmt: skip
+    with pytest.raises(openai.UnprocessableEntityError) as info:
         sdk.fine_tuning.alpha.graders.validate(grader=judge)  # type: ignore[arg-type]
+    assert info.value.body["errors"][0]["path"] == "$.grader.model"  # type: ignore[index]
     stranger = OpenAI(base_url=f"{api.base_url}/v1", api_key="not-a-key", max_retries=0)
     with stranger, pytest.raises(openai.AuthenticationError):
         stranger.fine_tuning.alpha.graders.validate(grader=STRING_CHECK)  # type: ignore[arg-type]

@@ -4,6 +4,8 @@ PostgreSQL."""
 
 from __future__ import annotations
 
+import secrets
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -16,7 +18,7 @@ from service.models import Checkpoint
 from tests.api.conftest import tenant_client
 from tests.api.helpers import error_paths, job_body, make_dataset, make_job, make_verifier, problem
 from tests.api.server import SMALL_DEVICE_QUEUE, settings_of
-from tests.e2e.services import TINY, RunningService
+from tests.e2e.services import CLI, TINY, RunningService
 
 
 def seed_checkpoint(svc: RunningService, job_id: str, fmt: str = "full") -> str:
@@ -114,6 +116,46 @@ def test_fine_tuning_from_an_own_checkpoint_records_the_lineage(api: RunningServ
         adapter = seed_checkpoint(api, child["id"], fmt="peft-adapter")
         grandchild = make_job(client, ds, base_model=adapter)
         assert grandchild["spec"]["lineage"] == [adapter, ckpt]
+
+
+def test_a_model_is_removed_only_without_live_jobs_then_its_checkpoints_are_refused(
+    api: RunningService, client: httpx.Client, tiny_model_dir: Path
+) -> None:
+    name = f"tiny-rm-{secrets.token_hex(4)}"
+    api.add_model(name, tiny_model_dir)
+    assert name in api.cli("models", "list")
+    make_verifier(client)
+    job = make_job(client, make_dataset(client), base_model=name)
+    refused = subprocess.run(
+        [*CLI, "models", "remove", name], env=api.env, capture_output=True, text=True, timeout=120
+    )
+    message = " ".join(refused.stderr.split())  # unwrapped
+    assert refused.returncode == 2 and f"is the base of live job {job['id']}" in message
+    assert client.get(f"/v1/models/{name}").status_code == 200
+    assert client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 202
+    ckpt = seed_checkpoint(api, job["id"])
+    api.cli("models", "remove", name)
+    problem(client.get(f"/v1/models/{name}"), 404)
+    r = client.post("/v1/jobs", json=job_body(make_dataset(client), base_model=ckpt))
+    problem(r, 422)
+    assert error_paths(r) == ["$.base_model"] and "the catalog no longer has" in r.text
+
+
+def test_a_checkpoint_on_too_many_adapters_is_refused(
+    api: RunningService, client: httpx.Client
+) -> None:
+    """Each adapter is merged in turn when a job loads: a lineage of 32 is the most."""
+    make_verifier(client)
+    ds = make_dataset(client)
+    base = TINY
+    for depth in range(33):  # job k starts from adapter k-1: its lineage holds k checkpoints
+        job = make_job(client, ds, base_model=base, lora={"r": 4})
+        assert len(job["spec"]["lineage"]) == depth
+        assert client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 202  # open-job cap
+        base = seed_checkpoint(api, job["id"], fmt="peft-adapter")
+    r = client.post("/v1/jobs", json=job_body(ds, base_model=base, lora={"r": 4}))
+    problem(r, 422)
+    assert error_paths(r) == ["$.base_model"] and "sits on 32 adapters; at most 31" in r.text
 
 
 def test_a_queue_the_service_does_not_run_is_refused(client: httpx.Client) -> None:

@@ -1,7 +1,7 @@
 """Uploads cannot blow up the API, and tenants' stores are bounded: a large JSON body is
 parsed off the event loop a record at a time (the API's memory stays near the body's size,
 /healthz keeps answering), and dataset counts, dataset bytes and verifier versions have
-per-tenant quotas (429/413 with what to do)."""
+per-tenant quotas, as do environment versions (429/413 with what to do)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ QUOTAS = {
     "GRPO_MAX_DATASETS_PER_TENANT": "3",
     "GRPO_MAX_DATASET_BYTES_PER_TENANT": "4000",
     "GRPO_MAX_VERIFIER_VERSIONS_PER_TENANT": "3",
+    "GRPO_MAX_ENVIRONMENT_VERSIONS_PER_TENANT": "2",
 }
 
 
@@ -110,3 +111,15 @@ def test_verifier_versions_have_a_quota_per_tenant(quota_api: RunningService) ->
         )
         assert "3 verifier versions" in problem(r, 429)["detail"]
         assert client.get("/v1/verifiers/em").json()["version"] == 3
+
+
+def test_environment_versions_have_a_quota_per_tenant(quota_api: RunningService) -> None:
+    source = "def step(messages, record):\n    return {'reward': 0.0, 'done': True}\n"
+    body = {"name": "env", "kind": "python", "config": {"source": source}}
+    with tenant_client(quota_api) as client:
+        for _ in range(2):
+            assert client.post("/v1/environments", json=body).status_code == 201
+        r = client.post("/v1/environments", json={**body, "name": "other"})
+        assert "2 environment versions" in problem(r, 429)["detail"]
+        assert client.get("/v1/environments/env").json()["version"] == 2
+        problem(client.get("/v1/environments/other"), 404)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import httpx
@@ -11,7 +12,11 @@ from tests.api.helpers import job_body
 from tests.api.test_downloads import seed_checkpoint
 from tests.e2e.services import RunningService
 
-BODIES = {"/v1/verifiers/{name}/test": {"samples": [{"prompt": "p", "completion": "c"}]}}
+BODIES = {
+    "/v1/verifiers/{name}/test": {"samples": [{"prompt": "p", "completion": "c"}]},
+    "/v1/environments/{name}/test": {"samples": [{"record": {"prompt": "p"}, "turns": ["c"]}]},
+}
+ENVIRONMENT = "def step(messages, record):\n    return {'reward': 1.0, 'done': True}\n"
 
 
 def _shape(r: httpx.Response, ident: str) -> tuple[int, str, str, str]:
@@ -24,15 +29,33 @@ def _shape(r: httpx.Response, ident: str) -> tuple[int, str, str, str]:
 ABSENT_FOR_THE_OWNER = {"/v1/jobs/{job_id}/tensorboard"}
 
 
-def test_foreign_ids_look_missing_on_every_route(api: RunningService) -> None:
+def _fine_tuning_job(client: httpx.Client, model: str) -> tuple[str, str]:
+    """An OpenAI file and a fine-tuning job training on it (so the file cannot be deleted)."""
+    line = {"messages": [{"role": "user", "content": "Digit 1:"}], "answer": "1"}
+    files = {"file": ("t.jsonl", json.dumps(line).encode())}
+    r = client.post("/v1/files", data={"purpose": "fine-tune"}, files=files)
+    assert r.status_code == 201, r.text
+    grader = {"type": "string_check", "name": "em", "input": "{{sample.output_text}}",
+              "reference": "{{item.answer}}", "operation": "eq"}  # fmt: skip
+    method = {"type": "reinforcement", "reinforcement": {"grader": grader}}
+    body = {"model": model, "training_file": r.json()["id"], "method": method}
+    job = client.post("/v1/fine_tuning/jobs", json=body)
+    assert job.status_code == 201, job.text
+    return r.json()["id"], job.json()["id"]
+
+
+def test_foreign_ids_look_missing_on_every_route(api: RunningService, chat_model: str) -> None:
     owner, stranger = tenant_client(api), tenant_client(api)
     job_id, _ = seed_checkpoint(api, owner, b"tar")
+    file_id, fine_tuning_job_id = _fine_tuning_job(owner, chat_model)
     dataset_id = owner.get(f"/v1/jobs/{job_id}").json()["spec"]["dataset"]
     (ckpt,) = owner.get(f"/v1/jobs/{job_id}/checkpoints").json()["data"]
     owned = {
         "model": ckpt["id"],  # /v1/models/{model}: a checkpoint is one of the tenant's models
         "job_id": job_id,
         "dataset_id": dataset_id,
+        "file_id": file_id,
+        "fine_tuning_job_id": fine_tuning_job_id,
         "name": "em",
         "version": "1",
         "step": "2",
@@ -45,13 +68,17 @@ def test_foreign_ids_look_missing_on_every_route(api: RunningService) -> None:
         "model": "ckpt_0000000000000000000000",
         "job_id": "job_0000000000000000000000",
         "dataset_id": "ds_0000000000000000000000",
+        "file_id": "file-0000000000000000000000",
+        "fine_tuning_job_id": "ftjob-0000000000000000000000",
         "name": "nobody",
         "version": "1",
         "step": "2",
         "preflight_id": "pf_0000000000000000000000",
         "webhook_id": "wh_0000000000000000000000",
     }
-    # the owner's secret answers under the same {name} as its verifier
+    # the owner's secret and environment answer under the same {name} as its verifier
+    environment = {"name": "em", "kind": "python", "config": {"source": ENVIRONMENT}}
+    assert owner.post("/v1/environments", json=environment).status_code == 201
     assert owner.post("/v1/secrets", json={"name": "em", "value": "s3cret"}).status_code == 200
     paths = api.client(None).get("/openapi.json").json()["paths"]
     checked = 0

@@ -52,7 +52,10 @@ def job_spec(dataset_id: str, **overrides: Any) -> dict[str, Any]:
 def _start(tmp: pytest.TempPathFactory, model: Path) -> Trained:
     stack = ExitStack()
     _cache["stack"] = stack
-    svc = stack.enter_context(run_service({}, tmp.mktemp("clientside"), embedded=True, model=model))
+    # with its inference server: the dashboard's playground asks the base and a checkpoint
+    svc = stack.enter_context(
+        run_service({}, tmp.mktemp("clientside"), embedded=True, model=model, serve=True)
+    )
     key = svc.new_key("clientside")
     with Client(svc.base_url, key) as grpo:
         grpo.verifiers.create_python("digits", DIGIT_VERIFIER_SOURCE)

@@ -43,7 +43,7 @@ def k8s_docs() -> list[tuple[str, dict[str, Any]]]:
 
 def test_compose_sets_only_known_settings_and_all_production_ones() -> None:
     services = compose()["services"]
-    for name in ("api", "worker", "worker-cpu", "migrate"):
+    for name in ("api", "worker", "worker-cpu", "worker-2gpu", "migrate"):
         env = environment(services[name])
         grpo = {k for k in env if k.startswith("GRPO_")}
         assert grpo <= SETTINGS_ENV, (name, grpo - SETTINGS_ENV)
@@ -56,7 +56,7 @@ def test_compose_sets_only_known_settings_and_all_production_ones() -> None:
 def test_docker_compose_config_accepts_the_file() -> None:
     tool = shutil.which("docker-compose")
     assert tool, "docker-compose missing: run .ci/ensure-services.sh"
-    for args in ([], ["--profile", "cpu"]):
+    for args in ([], ["--profile", "cpu"], ["--profile", "multi-gpu"]):
         out = subprocess.run(
             [tool, "-f", str(ROOT / "docker-compose.yml"), *args, "config", "-q"],
             capture_output=True,
@@ -91,7 +91,20 @@ def test_kustomization_lists_every_manifest() -> None:
     listed = set(kustomization["resources"])
     on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
     assert listed <= on_disk, listed - on_disk
-    assert on_disk - listed <= {p for p in on_disk if "keda" in p}, on_disk - listed
+    unlisted = {p for p in on_disk if "keda" in p or p.endswith(".example.yaml")}
+    assert on_disk - listed <= unlisted, on_disk - listed
+
+
+def test_apply_never_overwrites_the_real_secret() -> None:
+    """The Secret is the operator's (secret.example.yaml shows it): no listed manifest, and
+    no generator, makes one, so `kubectl apply -k k8s/` leaves real credentials alone."""
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert "secretGenerator" not in kustomization
+    for name in kustomization["resources"]:
+        kinds = {d["kind"] for d in yaml.safe_load_all((K8S / name).read_text()) if d}
+        assert "Secret" not in kinds, name
+    example = yaml.safe_load((K8S / "secret.example.yaml").read_text())
+    assert example["kind"] == "Secret" and example["metadata"]["name"] == "grpo-secrets"
 
 
 def test_k8s_manifests_validate_against_the_kubernetes_schemas() -> None:
@@ -123,3 +136,23 @@ def test_worker_gets_a_gpu_and_time_to_checkpoint() -> None:
     assert pod.get("terminationGracePeriodSeconds", 30) >= 300
     limits = pod["containers"][0]["resources"]["limits"]
     assert int(limits["nvidia.com/gpu"]) == 1
+
+
+def test_worker_has_probes_a_metrics_port_and_a_persistent_model_cache() -> None:
+    docs = k8s_docs()
+    worker = next(
+        d for _, d in docs if d["kind"] == "Deployment" and "worker" in d["metadata"]["name"]
+    )
+    pod = worker["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    command = container["command"]
+    assert str(ports["metrics"]) == command[command.index("--metrics-port") + 1]
+    for probe in ("startupProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["port"] == "metrics", probe
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    cache = next(m for m in container["volumeMounts"] if m["mountPath"] == "/var/lib/grpo/hf")
+    claim = volumes[cache["name"]]["persistentVolumeClaim"]["claimName"]  # not an emptyDir
+    assert ("PersistentVolumeClaim", claim) in {
+        (d["kind"], d["metadata"]["name"]) for _, d in docs if "metadata" in d
+    }

@@ -70,6 +70,7 @@ def run_cluster(
     extra_env: dict[str, str] | None = None,
     model: Path | None = None,
     worker_queue: str = "gpu",
+    worker_args: tuple[str, ...] = (),
 ) -> Iterator[Cluster]:
     from tests.e2e.conftest import PG, _psql
 
@@ -98,7 +99,7 @@ def run_cluster(
     if model is not None:
         svc.add_model(TINY, model)
     svc.procs.append(_spawn(["api", "--port", str(port)], env, work / "api.log"))
-    command = ["worker", "--queue", worker_queue, "--grace-seconds", "60"]
+    command = ["worker", "--queue", worker_queue, "--grace-seconds", "60", *worker_args]
     procs = [_spawn(command, env, work / f"worker{i}.log") for i in range(workers)]
     svc.procs += procs
     try:

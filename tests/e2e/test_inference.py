@@ -155,3 +155,83 @@ def test_lora_checkpoints_are_served_on_one_base(svc: RunningService, sdk: opena
     assert str(theirs.value).replace(ckpts[0]["id"], "X") == str(missing.value).replace(
         "ckpt_0000000000000000000000", "X"
     )
+
+
+def test_a_reinforcement_fine_tuning_job_trains_and_its_model_answers(
+    svc: RunningService, sdk: openai.OpenAI, tmp_path: Path
+) -> None:
+    """OpenAI's RFT path end to end (issue 18 item 2): a file and a string_check grader through
+    the SDK, the job trained by the worker to success, its fine_tuned_model served by serve."""
+    import io
+    import json
+
+    from workers.grpo.tiny_model import make_tiny_model
+
+    svc.add_model("tiny-chat", make_tiny_model(tmp_path / "chat", chat_template=True))
+    lines = [{"messages": [{"role": "user", "content": f"Digit {i}:"}], "answer": str(i)}
+             for i in range(2)]  # fmt: skip
+    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    train = sdk.files.create(file=("digits.jsonl", io.BytesIO(data)), purpose="fine-tune")
+    grader = {"type": "string_check", "name": "digit", "input": "{{sample.output_text}}",
+              "reference": "{{item.answer}}", "operation": "like"}  # fmt: skip
+    hyperparameters = {"n_epochs": 1, "batch_size": 2, "compute_multiplier": 0.25}  # G = 2
+    job = sdk.fine_tuning.jobs.create(
+        model="tiny-chat",
+        training_file=train.id,
+        suffix="digits",
+        seed=1,
+        method={"type": "reinforcement",
+                "reinforcement": {"grader": grader, "hyperparameters": hyperparameters}},
+        extra_body={"generation": {"max_new_tokens": 4}},
+    )  # fmt: skip
+    ours = wait_final(svc.client(sdk.api_key), job.model_extra["job"], timeout=240)
+    assert ours["status"] == "succeeded", (ours, svc.logs())
+    done = sdk.fine_tuning.jobs.retrieve(job.id)
+    assert done.status == "succeeded" and ours["step"] == 1  # 2 records, 2 a step, 1 epoch
+    assert done.fine_tuned_model == f"ft:tiny-chat:digits:{job.id.removeprefix('ftjob-')}"
+    (ckpt, *_) = sdk.fine_tuning.jobs.checkpoints.list(job.id).data
+    assert ckpt.step_number == 1 and "reward_mean" in ckpt.metrics.model_extra
+    assert done.fine_tuned_model in [m.id for m in sdk.models.list()]
+    chat = sdk.chat.completions.create(
+        model=done.fine_tuned_model,
+        messages=[{"role": "user", "content": "Digit 3:"}],
+        max_completion_tokens=4,
+    )
+    (choice,) = chat.choices
+    assert isinstance(choice.message.content, str) and chat.usage.completion_tokens >= 1
+    assert chat.model == ckpt.fine_tuned_model_checkpoint  # the checkpoint the name stands for
+
+
+def test_a_judge_verifier_trains_and_is_cached_per_job(
+    svc: RunningService, sdk: openai.OpenAI
+) -> None:
+    """A `judge` verifier on the tiny model, called by the worker through serve: its calls are
+    counted per step, an input is sent once per job, and the tiny model's garbage answers are
+    each a verifier error scored 0."""
+    client = svc.client(sdk.api_key)
+    config = {"model": TINY, "prompt_template": "Rate the answer {{item.answer}} from 0 to 9.",
+              "range": [0, 9], "max_tokens": 4}  # fmt: skip
+    r = client.post("/v1/verifiers", json={"name": "rate", "kind": "judge", "config": config})
+    assert r.status_code == 201, r.text
+    records = [{"prompt": f"Digit {i}:", "answer": str(i)} for i in range(2)]
+    r = client.post("/v1/datasets", json={"name": "judged", "records": records})
+    assert r.status_code == 201, r.text
+    spec = {
+        "base_model": TINY, "dataset": r.json()["id"], "verifiers": [{"name": "rate"}],
+        "grpo": {"steps": 2, "prompts_per_step": 2, "group_size": 2},
+        "generation": {"max_new_tokens": 4}, "checkpoint_every": 2,
+    }  # fmt: skip
+    r = client.post("/v1/jobs", json=spec)
+    assert r.status_code == 201, r.text
+    final = wait_final(client, r.json()["id"])
+    assert final["status"] == "succeeded", (final, svc.logs())
+    rows = client.get(f"/v1/jobs/{final['id']}/metrics").json()["data"]
+    assert [row["step"] for row in rows] == [1, 2]
+    calls = sum(row["judge/rate/calls"] for row in rows)
+    hits = sum(row["judge/rate/cache_hits"] for row in rows)
+    assert calls == 2 and hits == 2 * 4 - 2  # one call per record, for the whole job
+    assert rows[1]["judge/rate/calls"] == 0 and rows[0]["judge/rate/seconds"] > 0
+    for row in rows:  # every error the judge counted is a verifier error, scored 0
+        assert row["errors/rate"] == row["judge/rate/errors"]
+        if row["errors/rate"] == 4:
+            assert row["reward/rate"] == 0.0

@@ -103,6 +103,18 @@ class LoraParams(_Strict):
     )
 
 
+class EnvironmentParams(_Strict):
+    """A multi-turn environment the job trains on (its source is resolved by the service)."""
+
+    name: str = Field(min_length=1, max_length=100, description="A registered environment.")
+    version: int | None = Field(
+        None, ge=1, le=2**31 - 1, description="Pinned to the latest version at submission."
+    )
+    max_turns: int = Field(
+        4, ge=1, le=64, description="Assistant turns per episode at most (then truncated)."
+    )
+
+
 class TrainSpec(_Strict):
     """What the engine needs to train: the model, the knobs, the cadence of side effects."""
 
@@ -112,6 +124,11 @@ class TrainSpec(_Strict):
     grpo: GRPOParams = Field(default_factory=GRPOParams)
     generation: GenerationParams = Field(default_factory=GenerationParams)
     lora: LoraParams | None = None
+    environment: EnvironmentParams | None = Field(
+        None,
+        description="Train on episodes of this environment (multi-turn, tools); verifiers, "
+        "when given too, score the final transcript and add to the episode's reward.",
+    )
     precision: Literal["bf16", "fp32"] | None = Field(
         None,
         description="bf16: forward passes under bf16 autocast, master weights, gradients and "

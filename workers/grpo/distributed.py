@@ -25,7 +25,7 @@ Gloo"); `set_force_sum_reduction_for_comms(True)` makes it a plain SUM on every 
 gradient-norm clip and AdamW run on the shards (`clip_grad_norm_`'s norm is over all of them).
 Left out: LoRA dropout > 0 draws its masks from each process's torch generator (results then
 depend on the process count); DAPO's refill of zero-spread groups (`skip_zero_std_groups`) and
-`lora.export_merged` are refused with N > 1 (`launch.check_world`).
+`lora.export_merged` are refused with N > 1 (`world.check_world`).
 """
 
 from __future__ import annotations

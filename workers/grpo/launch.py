@@ -4,7 +4,8 @@
 (a c10d rendezvous on a free local port, no restarts: a rank that fails stops the others, and
 the run resumes from its last checkpoint as a one-process run does). Each process then joins the
 default process group (`join`: gloo on CPU, NCCL on CUDA, one device per process) and trains
-(`distributed.py`). `check_world` refuses a spec that cannot split before any process starts.
+(`distributed.py`). `world.check_world` refuses a spec that cannot split before any process
+starts.
 """
 
 from __future__ import annotations
@@ -14,40 +15,17 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from workers.grpo.config import TrainSpec
+from workers.grpo.world import WorldSizeError, check_world
+
+__all__ = ["WorldSizeError", "check_world", "join", "launch", "leave", "peer_lost"]
 
 
-class WorldSizeError(ValueError):
-    """The spec cannot run on the asked number of processes; the message says why."""
-
-
-def check_world(spec: TrainSpec, nproc: int) -> None:
-    """Raise WorldSizeError unless each of `nproc` processes gets the same whole groups."""
-    g = spec.grpo
-    if nproc < 1:
-        raise WorldSizeError(f"--nproc must be at least 1, not {nproc}")
-    if nproc == 1:
-        return
-    if nproc > g.prompts_per_step:
-        raise WorldSizeError(
-            f"--nproc {nproc} is more than the step's {g.prompts_per_step} groups"
-            " (grpo.prompts_per_step): every process needs at least one whole group"
-        )
-    if g.prompts_per_step % nproc:
-        raise WorldSizeError(
-            f"grpo.prompts_per_step = {g.prompts_per_step} groups do not split into whole"
-            f" groups across {nproc} processes: make it a multiple of {nproc}"
-        )
-    if g.skip_zero_std_groups:
-        raise WorldSizeError(
-            "grpo.skip_zero_std_groups (refilling flat groups) runs on one process only"
-        )
-    if spec.lora is not None and spec.lora.export_merged:
-        raise WorldSizeError("lora.export_merged runs on one process only")
-
-
-def launch(nproc: int, entry: Callable[..., Any], *args: Any) -> dict[int, Any]:
-    """`entry(*args)` on `nproc` local processes; their return values by rank."""
+def launch(
+    nproc: int, entry: Callable[..., Any], *args: Any, shutdown_timeout: int = 30
+) -> dict[int, Any]:
+    """`entry(*args)` on `nproc` local processes; their return values by rank. SIGTERM to this
+    process goes on to every rank (the launcher's own handling, as torchrun's), which then has
+    `shutdown_timeout` seconds to end before it is killed."""
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     config = LaunchConfig(
@@ -60,6 +38,7 @@ def launch(nproc: int, entry: Callable[..., Any], *args: Any) -> dict[int, Any]:
         max_restarts=0,
         monitor_interval=0.1,
         start_method="spawn",
+        shutdown_timeout=shutdown_timeout,
     )
     # As torchrun: one intra-op thread per process unless told, not N processes x all cores.
     before = os.environ.get("OMP_NUM_THREADS")
@@ -83,6 +62,21 @@ def join(device: str | None) -> str:
         device = f"cuda:{local}"
     dist.init_process_group("nccl" if cuda else "gloo")
     return device or "cpu"
+
+
+# What gloo and NCCL say when the process at the other end of a collective is gone.
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "NCCL", "ProcessGroup")
+
+
+def peer_lost(exc: BaseException) -> bool:
+    """Whether `exc` came from a collective whose peer process died (another rank crashed or
+    was killed): the fault is that rank's, not this one's, so the run's outcome is not this
+    exception. gloo raises a plain RuntimeError naming its transport."""
+    import torch.distributed as dist
+
+    if isinstance(exc, dist.DistError):
+        return True
+    return isinstance(exc, RuntimeError) and any(s in str(exc) for s in _PEER_GONE)
 
 
 def leave() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -26,6 +27,9 @@ from torch import Tensor
 from workers.grpo.config import GenerationParams, GRPOParams
 from workers.grpo.sampling import Generation, Sampler
 from workers.grpo.scoring import Scored, Scorer, score_batch
+
+if TYPE_CHECKING:
+    from workers.grpo.episode_rollout import EpisodeRollout
 
 
 @dataclass
@@ -39,6 +43,8 @@ class Rollout:
     metrics: dict[str, float]  # reward/<name>, errors/<name>, resampled_groups, timings
     scores: dict[str, list[float | None]] = field(default_factory=dict)  # name -> N scores
     errors: dict[str, list[str | None]] = field(default_factory=dict)  # name -> N errors
+    transcripts: list[list[dict]] | None = None  # episodes: N transcripts
+    turn_rewards: list[list[float]] | None = None  # episodes: N lists of step rewards
 
 
 def flat_groups(rewards: Tensor, group_size: int) -> list[int]:
@@ -55,16 +61,26 @@ def collect_rollout(
     gen: GenerationParams,
     pad_id: int,
     on_event: Callable[[str, str, dict], None],
+    episodes: EpisodeRollout | None = None,
 ) -> Rollout:
-    """Draw prompts, sample G completions each, score them; refill flat groups if asked."""
+    """Draw prompts, sample G completions each, score them; refill flat groups if asked.
+    With `episodes`, each completion is an episode of that environment, scored as a whole."""
     # Timings, and every completion token sampled (refills too: usage counts what was made).
     timing = {"generation_seconds": 0.0, "scoring_seconds": 0.0, "completion_tokens": 0.0}
     G = grpo.group_size
+
+    played: list = []  # episodes: each part's transcripts and turn rewards
 
     def sample(k: int) -> tuple[list[dict], Generation, Scored]:
         records = draw(k)
         t0 = time.perf_counter()
         keep = grpo.num_iterations > 1  # pi_old from the sampling pass
+        if episodes is not None:  # the environment's steps run between the turns
+            out, scored, part = episodes.play(records, sampler, scorers, G, gen, keep, on_event)
+            played.append(part)
+            timing["generation_seconds"] += time.perf_counter() - t0
+            timing["completion_tokens"] += scored.metrics.pop("completion_tokens")
+            return records, out, scored
         prompts = [r["prompt"] for r in records]
         out = sampler.generate(prompts, G, gen, keep_logprobs=keep)
         t1 = time.perf_counter()
@@ -100,7 +116,11 @@ def collect_rollout(
     # Each trained completion's own scores and errors, for its rollout row.
     scores = {n: [parts[p][1].scores[n][r] for p, r in rows] for n in first.scores}
     errors = {n: [parts[p][1].errors[n][r] for p, r in rows] for n in first.errors}
-    return Rollout(records, generation, final, rewards, metrics, scores, errors)
+    roll = Rollout(records, generation, final, rewards, metrics, scores, errors)
+    if played:
+        roll.transcripts = [played[p].transcripts[r] for p, r in rows]
+        roll.turn_rewards = [played[p].turn_rewards[r] for p, r in rows]
+    return roll
 
 
 def merge_generations(
@@ -126,6 +146,7 @@ def merge_generations(
         None if any(p.lengths is None for p in parts) else [parts[p].lengths[r] for p, r in rows]
     )
     sizes = {p.group_size for p in parts}
+    episodes = any(p.model_mask is not None for p in parts)
     return Generation(
         column("prompt_ids", width_p, pad_id, True),
         column("prompt_mask", width_p, 0, True),
@@ -136,4 +157,5 @@ def merge_generations(
         column("logprobs", width_c, 0.0, False) if kept else None,
         lengths,
         sizes.pop() if len(sizes) == 1 else None,
+        model_mask=column("sampled_mask", width_c, 0.0, False) if episodes else None,
     )

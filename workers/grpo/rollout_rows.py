@@ -31,11 +31,22 @@ def rollout_rows(
     scores: dict[str, list[float | None]],
     errors: dict[str, list[str | None]],
     advantages: Tensor | None,
+    transcripts: list[list[dict]] | None = None,
+    turn_rewards: list[list[float]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per completion, group by group: `records[g]` (dataset index `record_ids[g]`)
-    prompted group g, whose G = len(out.texts) / len(records) completions are consecutive."""
+    prompted group g, whose G = len(out.texts) / len(records) completions are consecutive.
+
+    Episodes (`transcripts`): `messages` is the row's whole transcript, `completion` its last
+    assistant turn, `length` its sampled tokens, and `scores` holds each step's reward as
+    `turn/<k>` next to the verifiers' scores."""
     group_size = len(out.texts) // len(records)
-    lengths = out.lengths if out.lengths is not None else out.completion_mask.sum(1).tolist()
+    if transcripts is not None:
+        lengths = [int(n) for n in out.sampled_mask.sum(1).tolist()]
+    elif out.lengths is not None:
+        lengths = out.lengths
+    else:
+        lengths = out.completion_mask.sum(1).tolist()
     truncated = out.truncated.tolist()  # (N,) one transfer each, never per row
     reward_list = rewards.tolist()
     advantage_list = advantages.tolist() if advantages is not None else None
@@ -47,6 +58,7 @@ def rollout_rows(
         for j in range(group_size):
             i = g * group_size + j
             cut = bool(truncated[i])
+            turns = {} if turn_rewards is None else _turn_scores(turn_rewards[i])
             rows.append({
                 "step": step,
                 "split": split,
@@ -54,10 +66,10 @@ def rollout_rows(
                 "index": j,
                 "record": record_id,
                 "prompt": text,
-                "messages": messages,
+                "messages": messages if transcripts is None else transcripts[i],
                 "completion": out.texts[i],
                 "reward": float(reward_list[i]),
-                "scores": {name: values[i] for name, values in scores.items()},
+                "scores": {name: values[i] for name, values in scores.items()} | turns,
                 "advantage": None if advantage_list is None else float(advantage_list[i]),
                 "length": int(lengths[i]),
                 "truncated": cut,
@@ -65,3 +77,7 @@ def rollout_rows(
                 "errors": {name: e[i] for name, e in errors.items() if e[i] is not None},
             })  # fmt: skip
     return rows
+
+
+def _turn_scores(rewards: list[float]) -> dict[str, float | None]:
+    return {f"turn/{k + 1}": float(r) for k, r in enumerate(rewards)}

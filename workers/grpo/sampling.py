@@ -44,6 +44,14 @@ class Generation:
     lengths: list[int] | None = None  # N completion lengths (the mask's row sums), on the host
     group_size: int = 1  # G
     backend_state: Any = None  # what the backend that sampled keeps for its forwards (opaque)
+    # (N, T) float, 1 on the tokens the model sampled: an episode's completion also holds the
+    # observation and tool tokens between its turns (mask 0). None: every completion token.
+    model_mask: Tensor | None = None
+
+    @property
+    def sampled_mask(self) -> Tensor:
+        """(N, T) the tokens that carry loss, KL and entropy: the model's own."""
+        return self.completion_mask if self.model_mask is None else self.model_mask
 
 
 class Sampler(Protocol):

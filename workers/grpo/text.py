@@ -1,9 +1,9 @@
 """Prompts in, completion texts out: the tokenizer's side of sampling (either decoder).
 
 Prompts (a string, or chat messages rendered by the tokenizer's chat template) are tokenised and
-left-padded into one batch. A sequence ends at EOS or at a stop string; its completion mask
-covers the tokens up to and including EOS (or the token that completes a stop string), and its
-text is cut just after the stop string.
+left-padded into one batch; a `TokenIds` prompt is already token ids. A sequence ends at EOS
+or at a stop string; its completion mask covers the tokens up to and including EOS (or the
+token that completes a stop string), and its text is cut just after the stop string.
 """
 
 from __future__ import annotations
@@ -13,7 +13,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-Prompt = str | list[dict[str, str]]
+
+class TokenIds(tuple):
+    """A prompt given as token ids, fed as they are (no template, no tokenizer call): an
+    episode's sequence so far, whose model turns must keep the exact ids sampled."""
+
+
+Prompt = str | list[dict[str, str]] | TokenIds
 
 
 def pad_id(tokenizer: Any) -> int:
@@ -32,10 +38,7 @@ def render_prompt(tokenizer: Any, prompt: Prompt) -> tuple[str, bool]:
 
 def encode_prompts(tokenizer: Any, prompts: list[Prompt]) -> tuple[Tensor, Tensor]:
     """Left-padded ids (B, P) and mask (B, P)."""
-    rows = [render_prompt(tokenizer, p) for p in prompts]
-    ids = [
-        tokenizer(text, add_special_tokens=not templated)["input_ids"] for text, templated in rows
-    ]
+    ids = [list(p) if isinstance(p, TokenIds) else _encode(tokenizer, p) for p in prompts]
     width = max(len(r) for r in ids)
     out = torch.full((len(ids), width), pad_id(tokenizer), dtype=torch.long)  # (B, P)
     mask = torch.zeros((len(ids), width), dtype=torch.long)  # (B, P)
@@ -43,6 +46,11 @@ def encode_prompts(tokenizer: Any, prompts: list[Prompt]) -> tuple[Tensor, Tenso
         out[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
         mask[i, width - len(r) :] = 1
     return out, mask
+
+
+def _encode(tokenizer: Any, prompt: Prompt) -> list[int]:
+    text, templated = render_prompt(tokenizer, prompt)
+    return tokenizer(text, add_special_tokens=not templated)["input_ids"]
 
 
 def encode_groups(

@@ -5,7 +5,8 @@ Each step: take prompts -> sample G completions per prompt -> score with every v
 group-relative advantages -> reference log-probs (beta > 0; none computed at beta = 0) -> for
 mu = num_iterations passes: clipped-surrogate + k3-KL loss over micro-batches with gradient
 accumulation (`update.py`), grad-norm clip, AdamW step -> lr schedule -> metrics -> held-out
-evaluation and the reward-hacking watch (`evaluation.py`) -> checkpoint.
+evaluation and the reward-hacking watch (`evaluation.py`) -> checkpoint. With an environment,
+each completion is an episode and only the model's own tokens carry loss (`episode_rollout.py`).
 pi_old is the policy that sampled: its log-probs kept by the sampler when mu > 1 (scored by one
 forward pass if the sampler cannot keep them), the detached current policy when mu = 1.
 How completions are decoded and log-probs computed is the backend's (`backend.py`: the plain
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from workers.environments import EnvironmentSession
 from workers.grpo.advantages import group_advantages, zero_std_group_fraction
 from workers.grpo.backend import Backend, select_backend
 from workers.grpo.checkpoint import (
@@ -44,6 +46,7 @@ from workers.grpo.config import TrainSpec
 from workers.grpo.data import PromptStream
 from workers.grpo.device import autocast_for, default_device, resolve_precision
 from workers.grpo.distributed import Ranks, Solo, shard_model, world_of
+from workers.grpo.episode_rollout import EpisodeRollout
 from workers.grpo.evaluation import HackingWatch, evaluate
 from workers.grpo.loss import loss_denominator
 from workers.grpo.peak_memory import MemoryMeter
@@ -120,6 +123,7 @@ class Run:
     watch: HackingWatch = field(default_factory=HackingWatch)
     meter: MemoryMeter | None = None
     world: Solo | Ranks = field(default_factory=Solo)
+    episodes: EpisodeRollout | None = None  # a multi-turn environment's: steps play episodes
     _record_index: dict[int, int] = field(default_factory=dict)  # id(record) -> its index
 
     def draw(self, k: int) -> list[dict]:
@@ -145,15 +149,21 @@ def train(
     eval_records: list[dict] | None = None,
     eval_scorers: list[Scorer] | None = None,
     weights: BaseWeights | None = None,
+    environment: EnvironmentSession | None = None,
 ) -> TrainResult:
     """Run `spec.grpo.steps` GRPO steps (from the checkpoint's step + 1 when resuming).
 
     With `eval_records`, the policy is evaluated every `spec.eval_every` steps and at the last
-    step with `eval_scorers` (default: the training `scorers`).
+    step with `eval_scorers` (default: the training `scorers`). With `environment` (the open
+    session of `spec.environment`), every completion is an episode (`episode_rollout.py`).
     """
+    if (environment is None) != (spec.environment is None):
+        raise ValueError("spec.environment and the environment session come together")
     if resume_from is not None:
         check_resumable(resume_from)  # before any model is loaded: a final one has no state
     run = _setup(spec, records, scorers, hooks, resume_from, device, weights)
+    if environment is not None and spec.environment is not None:
+        run.episodes = EpisodeRollout.of(environment, run.policy, spec.environment.max_turns)
     run.eval_records, run.eval_scorers = list(eval_records or []), list(eval_scorers or scorers)
     last, saved_step = resume_from, run.step
     checkpoints = Path(work_dir) / "checkpoints"
@@ -190,13 +200,13 @@ def grpo_step(run: Run) -> dict[str, float]:
     with world.rollout(model), run.autocast():
         roll = collect_rollout(
             run.draw, run.sampler, run.scorers, world.local(g), gen, _pad_id(run),
-            run.hooks.on_event,
+            run.hooks.on_event, run.episodes,
         )  # fmt: skip
     out, rewards = roll.generation, roll.rewards  # rewards (N,)
     t_scored = time.perf_counter()
-    # 4. group-relative advantages; the tokens that carry loss
+    # 4. group-relative advantages; the tokens that carry loss (episodes: the model's own)
     advantages = group_advantages(rewards, g.group_size, g.std).to(model.device)  # (N,)
-    loss_mask = out.completion_mask  # (N, T)
+    loss_mask = out.sampled_mask  # (N, T)
     if g.mask_truncated_completions:
         keep = (~out.truncated).to(loss_mask.device, loss_mask.dtype)  # (N,)
         loss_mask = loss_mask * keep.unsqueeze(1)  # (N, T)
@@ -228,16 +238,16 @@ def grpo_step(run: Run) -> dict[str, float]:
         stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(run.params, g.max_grad_norm)
         run.optimizer.step()
         run.optimizer.zero_grad(set_to_none=True)
-        passes.append(world.pass_stats(stats, loss_mask, out.completion_mask))
+        passes.append(world.pass_stats(stats, loss_mask, out.sampled_mask))
     run.scheduler.step()
     t_end = time.perf_counter()
     rows = rollout_rows(
         run.step + 1, "train", run.policy.tokenizer, roll.records, run.record_ids(roll.records),
-        out, rewards, roll.scores, roll.errors, advantages,
+        out, rewards, roll.scores, roll.errors, advantages, roll.transcripts, roll.turn_rewards,
     )  # fmt: skip
     run.hooks.on_rollouts(run.step + 1, "train", rows)
     # 7. metrics of the whole batch (all processes): every scalar leaves the device here, once
-    lengths = world.gather(out.completion_mask.sum(1))  # (N,)
+    lengths = world.gather(out.sampled_mask.sum(1))  # (N,) sampled tokens
     first = world.gather(roll.first_rewards)  # (N,) the first draw: an unbiased estimate
     advantages, truncated = world.gather(advantages), world.gather(out.truncated)  # (N,)
     metrics = world.metrics(roll.metrics) | {
@@ -256,8 +266,11 @@ def grpo_step(run: Run) -> dict[str, float]:
         "tokens_per_second": lengths.sum().item() / (t_end - t_start),
         "training_seconds": t_end - t_scored,
         # prompt + loss-carrying completion tokens through each of the mu training passes
+        # (episodes: + the observation and tool tokens, fed without loss)
         "trained_tokens": g.num_iterations
-        * world.total(out.prompt_mask.sum() + loss_mask.sum()).item(),
+        * world.total(
+            out.prompt_mask.sum() + loss_mask.sum() + (out.completion_mask - out.sampled_mask).sum()
+        ).item(),
         "world_size": float(world.size),
     }
     return metrics

@@ -82,8 +82,8 @@ def accumulate_gradients(
     """Backward the loss micro-batch by micro-batch; returns token-weighted batch statistics.
 
     `loss_mask` (N, T) selects the tokens that carry loss (the completion mask, less truncated
-    completions when `mask_truncated_completions`); the forward pass attends to every completion
-    token through `out.completion_mask`.
+    completions when `mask_truncated_completions`; an episode's model tokens only); the forward
+    pass attends to every completion token through `out.completion_mask`.
     """
     backend = backend or select_backend(model)
     total_tokens = loss_mask.sum().clamp(min=1)  # ()
@@ -112,7 +112,7 @@ def accumulate_gradients(
         for k, v in mb.items():
             stats[k] = stats.get(k, 0.0) + (v if k in ("loss", "policy_loss") else v * share)
         if entropy is not None:
-            entropy_sum += (entropy.float() * out.completion_mask[s, cols]).sum()  # ()
+            entropy_sum += (entropy.float() * out.sampled_mask[s, cols]).sum()  # ()
     if with_entropy:
-        stats["entropy"] = entropy_sum / out.completion_mask.sum().clamp(min=1)  # ()
+        stats["entropy"] = entropy_sum / out.sampled_mask.sum().clamp(min=1)  # ()
     return stats

@@ -42,6 +42,13 @@ class PoolStats:
 
 class ModelPool:
     def __init__(self, max_models: int, max_adapters: int, device: str | None = None) -> None:
+        # transformers' and peft's lazy modules are not safe to initialise from two threads at
+        # once: the engine's first load racing a request thread that imports them through
+        # another module failed with "cannot import name 'AutoModelForCausalLM'". Imported
+        # here, in the thread that builds the pool, before any other starts.
+        import peft  # noqa: F401
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+
         self.max_models, self.max_adapters = max_models, max_adapters
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.bases: OrderedDict[tuple[str, tuple[str, ...]], LoadedBase] = OrderedDict()

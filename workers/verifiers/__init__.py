@@ -3,7 +3,8 @@
 Public API used by the API process (validation, `/test`, `/readyz`) and by the training worker:
 `KINDS`, `VerifierConfigError`, `validate_config`, `pin_composite`, `open_verifier`, `Verifier`,
 `VerifierBudgetExceeded`, `SandboxUnavailableError`, `sandbox_mode`, `sandbox_memory`,
-`python_leaves`, `BuiltinHost` (the helper process built-in kinds score in).
+`python_leaves`, `BuiltinHost` (the helper process built-in kinds score in), `JudgeContext`,
+`JudgeEndpoint`, `JudgeUnavailableError` (model judges: where they call, cache, counters).
 Imports neither torch, FastAPI nor Celery.
 """
 
@@ -15,6 +16,7 @@ from .builtin_host import BuiltinHost
 from .composite import Resolver, pin_composite, python_leaves
 from .config import KINDS, VerifierConfigError, validate_config
 from .factory import open_verifier
+from .judge import JudgeContext, JudgeEndpoint, JudgeUnavailableError
 from .python_kind import ChildLimits
 from .sandbox import SandboxUnavailableError, sandbox_memory, sandbox_mode
 
@@ -22,6 +24,9 @@ __all__ = [
     "KINDS",
     "BuiltinHost",
     "ChildLimits",
+    "JudgeContext",
+    "JudgeEndpoint",
+    "JudgeUnavailableError",
     "Resolver",
     "Sample",
     "SandboxUnavailableError",

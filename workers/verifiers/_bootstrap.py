@@ -7,17 +7,25 @@ Run as `_bootstrap.py RESULT_FD SITE_DIR` (SITE_DIR: allow-listed packages, may 
 
 Protocol (every frame is a 4-byte big-endian length followed by UTF-8 JSON):
   parent -> child, on stdin:
-    1. init  {"nonce", "source", "entry": "verify"|"grade", "limits": {...},
-              "uid": int|null (drop to it when started as root), "seccomp": bool}
+    1. init  {"nonce", "source", "entry": "verify"|"grade"|..., "limits": {...},
+              "uid": int|null (drop to it when started as root), "seccomp": bool,
+              "runtime": str (optional)}
     2. batch {"b": batch_id, "timeout_s": float, "items": [sample, ...]}  (repeated)
   child -> parent, on RESULT_FD only (stdout/stderr go to /dev/null):
     {"n": nonce, "ready": true} | {"n": nonce, "load_error": str}
     {"n": nonce, "b": batch_id, "r": [result, ...]}   results (one per frame today), where
         result = [i, "v", float] | [i, "t", type, repr] (not a number) | [i, "e", "Type: msg"]
+                 | [i, "j", JSON value] (with a runtime)
     {"n": nonce, "b": batch_id, "done": true, "cpu": seconds, "recycle": bool}
 
 Order of start-up, all before any user code is compiled: drop privileges (setgroups, setgid,
 setuid: no capabilities are left), rlimits, seccomp filter.
+
+A `runtime` is the source of a standard-library-only module of ours (multi-turn environments:
+workers/environments/_runtime.py) that gives the child a protocol of its own: after the user's
+source has run, its `make_caller(module)` returns the per-item function, whose JSON-able return
+value goes back as a "j" result. It runs in the same sandbox as the user's code and is trusted
+no more than it: the parent checks every result.
 """
 
 import contextlib
@@ -201,7 +209,20 @@ def _make_caller(fn, entry):
     return call
 
 
-def _run_batch(batch, call, write, nonce, cpu_hard):
+def _runtime_caller(runtime, module):
+    namespace = {"__name__": "_runtime"}
+    exec(compile(runtime, "<runtime>", "exec", dont_inherit=True), namespace)
+    return namespace["make_caller"](module)
+
+
+def _write_json_result(write, nonce, b, i, value):
+    try:
+        write({"n": nonce, "b": b, "r": [[i, "j", value]]})
+    except (TypeError, ValueError, RecursionError) as exc:  # nothing was written yet
+        write({"n": nonce, "b": b, "r": [[i, "e", "result is not JSON: " + _error_text(exc)]]})
+
+
+def _run_batch(batch, call, write, nonce, cpu_hard, as_json=False):
     b = batch["b"]
     timeout_s = float(batch.get("timeout_s") or 10.0)
     if cpu_hard is not None:
@@ -212,6 +233,9 @@ def _run_batch(batch, call, write, nonce, cpu_hard):
     for i, sample in enumerate(batch["items"]):
         try:
             value = call(sample)
+            if as_json:
+                _write_json_result(write, nonce, b, i, value)
+                continue
             if type(value) is float or (type(value) is int and -(2**53) <= value <= 2**53):
                 item = [i, "v", value]
             else:
@@ -246,6 +270,7 @@ def main():
         sys.path.append(site)
 
     entry = init.get("entry") or "verify"
+    runtime = init.get("runtime")
     module = types.ModuleType("verifier")
     module.__file__ = "<verifier>"
     sys.modules["verifier"] = module
@@ -256,7 +281,7 @@ def main():
         fn = module.__dict__.get(entry)
         if not callable(fn):
             raise TypeError(f"`{entry}` is not callable")
-        call = _make_caller(fn, entry)
+        call = _make_caller(fn, entry) if runtime is None else _runtime_caller(runtime, module)
     except BaseException as exc:  # includes SystemExit from user code
         write({"n": nonce, "load_error": _error_text(exc)})
         return
@@ -267,7 +292,7 @@ def main():
             batch = _read_frame(0)
         except EOFError:
             return
-        _run_batch(batch, call, write, nonce, cpu_hard)
+        _run_batch(batch, call, write, nonce, cpu_hard, runtime is not None)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, fiel
 from pydantic_core import PydanticCustomError
 
 from .grader_config import GraderConfigError, parse_grader
+from .judge_config import JudgeConfig, endpoint_errors
 from .patterns import PatternError, compile_pattern, schema_depth, schema_patterns
 from .python_source import analyse_python_source
 
@@ -24,6 +25,7 @@ KINDS: tuple[str, ...] = (
     "length",
     "composite",
     "openai_grader",
+    "judge",
 )
 
 MAX_PATTERN_CHARS = 10_000
@@ -191,7 +193,7 @@ class CompositeConfig(_Config):
     parts: Annotated[list[CompositePart], Field(min_length=1, max_length=MAX_COMPOSITE_PARTS)]
 
 
-MODELS: dict[str, type[_Config]] = {
+MODELS: dict[str, type[BaseModel]] = {
     "python": PythonConfig,
     "exact_match": ExactMatchConfig,
     "regex": RegexConfig,
@@ -199,6 +201,7 @@ MODELS: dict[str, type[_Config]] = {
     "json_schema": JsonSchemaConfig,
     "length": LengthConfig,
     "composite": CompositeConfig,
+    "judge": JudgeConfig,
 }
 
 
@@ -237,6 +240,8 @@ def parse_config(kind: str, config: Any) -> BaseModel:
         )
     if not isinstance(config, dict):
         raise VerifierConfigError([((), f"config must be an object, not {type(config).__name__}")])
+    if kind == "judge" and (refused := endpoint_errors(config)):
+        raise VerifierConfigError(refused)
     try:
         model = MODELS[kind].model_validate(config)
     except ValidationError as exc:

@@ -12,6 +12,8 @@ from .config import JsonSchemaConfig, PythonConfig, parse_config
 from .grader_config import StringCheckGrader, TextSimilarityGrader
 from .grader_kind import open_grader
 from .json_schema_kind import json_schema
+from .judge import JudgeContext, open_judge
+from .judge_config import JudgeConfig
 from .python_kind import ChildLimits, PythonVerifier
 
 
@@ -23,6 +25,7 @@ def open_verifier(
     limits: ChildLimits | None = None,
     resolve: Resolver | None = None,
     host: BuiltinHost | None = None,
+    judges: JudgeContext | None = None,
 ) -> Verifier:
     """Build a runnable verifier from a (validated or raw) config.
 
@@ -34,6 +37,9 @@ def open_verifier(
 
     Built-in kinds score in a helper process under a per-batch deadline (`builtin_host.py`):
     `host`'s, which the caller closes, or else one of their own, closed with the verifier.
+    Model judges (`judge`, `score_model`, `label_model`) call out through `judges` (where they
+    are sent, their cache and counters: `judge.py`); without one they raise
+    JudgeUnavailableError.
     """
     own = host is None
     shared = BuiltinHost() if host is None else host
@@ -42,8 +48,10 @@ def open_verifier(
         model = parse_config(kind, config)  # refuses a bad config here, not in the helper
         if isinstance(model, PythonConfig):
             return PythonVerifier(name, model, limits=limits)
+        if isinstance(model, JudgeConfig):
+            return open_judge(model, name, judges)
         if kind == "openai_grader":
-            return open_grader(model, name, shared, limits)  # type: ignore[arg-type]
+            return open_grader(model, name, shared, limits, judges)  # type: ignore[arg-type]
         dumped = model.model_dump(mode="json", by_alias=True)
         return HostedVerifier(name, kind, dumped, shared, owns_host=False)
 
@@ -70,7 +78,7 @@ def open_verifier(
 def in_process_verifier(kind: str, config: dict[str, Any], name: str) -> FunctionVerifier:
     """A built-in kind scored in this very process: what the helper runs, without a deadline."""
     model = parse_config(kind, config)
-    if isinstance(model, PythonConfig) or kind == "composite":
+    if isinstance(model, PythonConfig | JudgeConfig) or kind == "composite":
         raise ValueError(f"the {kind} kind does not run in process")
     if isinstance(model, JsonSchemaConfig):
         return FunctionVerifier(name, json_schema(model))

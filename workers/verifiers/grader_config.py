@@ -1,12 +1,13 @@
 """OpenAI grader objects (the `openai_grader` verifier kind's config), validated at creation.
 
-The shapes are OpenAI's (`openai.types.graders`): `string_check`, `text_similarity`, `python`
-and `multi`. Everything that can be refused is refused here, before a job exists: an unknown
-`type`, a template reading something other than `item.*`/`sample.output_text`/
-`sample.output_json.*` (`grader_templates.py`), an operation or metric we do not have, a python
-source without `grade(sample, item)`, a `calculate_output` outside the safe arithmetic
-(`grader_expression.py`). Leaf module: imports no other verifier module but the static ones,
-so `config.py` can import it.
+The shapes are OpenAI's (`openai.types.graders`): `string_check`, `text_similarity`, `python`,
+`multi`, and the model judges `score_model` and `label_model` (`judge_config.py`). Everything
+that can be refused is refused here, before a job exists: an unknown `type`, a template
+reading something other than `item.*`/`sample.output_text`/`sample.output_json.*`
+(`grader_templates.py`), an operation or metric we do not have, a python source without
+`grade(sample, item)`, a `calculate_output` outside the safe arithmetic
+(`grader_expression.py`), a judge's endpoint in its config. Leaf module: imports no other
+verifier module but the static ones, so `config.py` can import it.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from pydantic_core import PydanticCustomError
 
 from .grader_expression import FUNCTIONS, ExpressionError, parse_expression
 from .grader_templates import TemplateError, parse_template
+from .judge_config import LabelModelGrader, ModelGrader, ScoreModelGrader, endpoint_errors
 from .python_source import analyse_python_source
 
 ErrorPath = tuple[str | int, ...]
-GRADER_TYPES = ("string_check", "text_similarity", "python", "multi")
 MODEL_GRADER_TYPES = ("score_model", "label_model")
+GRADER_TYPES = ("string_check", "text_similarity", "python", "multi", *MODEL_GRADER_TYPES)
 MAX_SUB_GRADERS = 16
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
@@ -133,18 +135,18 @@ class MultiGrader(_Grader):
         return self._parsed
 
 
-Grader = StringCheckGrader | TextSimilarityGrader | PythonGrader | MultiGrader
-_MODELS: dict[str, type[_Grader]] = {
+Grader = StringCheckGrader | TextSimilarityGrader | PythonGrader | MultiGrader | ModelGrader
+_MODELS: dict[str, type[BaseModel]] = {
     "string_check": StringCheckGrader,
     "text_similarity": TextSimilarityGrader,
     "python": PythonGrader,
     "multi": MultiGrader,
+    "score_model": ScoreModelGrader,
+    "label_model": LabelModelGrader,
 }
 
 
 def _type_error(kind: Any) -> str:
-    if kind in MODEL_GRADER_TYPES:
-        return f"{kind} graders need a model judge, which this service does not run yet"
     return f"unknown grader type {kind!r}; expected one of {', '.join(GRADER_TYPES)}"
 
 
@@ -155,6 +157,8 @@ def _parse(obj: Any, path: ErrorPath, nested: bool) -> Grader:
     if kind not in _MODELS or (nested and kind == "multi"):
         message = "a multi grader's graders cannot be multi" if kind == "multi" else None
         raise GraderConfigError([((*path, "type"), message or _type_error(kind))])
+    if kind in MODEL_GRADER_TYPES and (refused := endpoint_errors(obj, path)):
+        raise GraderConfigError(refused)
     try:
         grader = _MODELS[kind].model_validate(obj)
     except ValidationError as exc:

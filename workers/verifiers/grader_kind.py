@@ -5,6 +5,8 @@
 - `python`: `grade(sample, item)` in the python verifier sandbox (`python_kind.py`), whose
   bootstrap already calls OpenAI-style graders with `sample = {output_text, output_json, ...}`
   and `item` = the record.
+- `score_model`, `label_model`: a model judge (`judge.py`), called from this process through the
+  opener's JudgeContext, never from the sandbox.
 - `multi`: each sub-grader opened as above, their scores combined per item by
   `calculate_output` (`grader_expression.py`: float arithmetic over a checked tree, bounded by
   the expression's size, so it runs here).
@@ -21,6 +23,8 @@ from .builtin_host import BuiltinHost, HostedVerifier
 from .config import PythonConfig
 from .grader_config import Grader, MultiGrader, PythonGrader
 from .grader_expression import evaluate, parse_expression
+from .judge import JudgeContext, open_judge
+from .judge_config import LabelModelGrader, ScoreModelGrader
 from .python_kind import ChildLimits, PythonVerifier
 
 KIND = "openai_grader"
@@ -68,16 +72,23 @@ class MultiGraderVerifier(BaseVerifier):
 
 
 def open_grader(
-    grader: Grader, name: str, host: BuiltinHost, limits: ChildLimits | None = None
+    grader: Grader,
+    name: str,
+    host: BuiltinHost,
+    limits: ChildLimits | None = None,
+    judges: JudgeContext | None = None,
 ) -> Verifier:
-    """A runnable verifier for a validated grader; built-in parts score on `host`."""
+    """A runnable verifier for a validated grader; built-in parts score on `host`, model
+    judges through `judges`."""
+    if isinstance(grader, ScoreModelGrader | LabelModelGrader):
+        return open_judge(grader, name, judges)
     if isinstance(grader, PythonGrader):
         config = PythonConfig(source=grader.source, score_range=PYTHON_SCORE_RANGE)
         return PythonVerifier(name, config, limits=limits)
     if isinstance(grader, MultiGrader):
         with ExitStack() as stack:
             parts = {
-                key: stack.enter_context(open_grader(sub, f"{name}/{key}", host, limits))
+                key: stack.enter_context(open_grader(sub, f"{name}/{key}", host, limits, judges))
                 for key, sub in grader.sub_graders.items()
             }
             expression = parse_expression(grader.calculate_output, grader.sub_graders)

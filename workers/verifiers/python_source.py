@@ -68,24 +68,37 @@ def _top_level_names(body: list[ast.stmt]) -> dict[str, str]:
     return found
 
 
-def analyse_python_source(source: str) -> str:
-    """Compile `source` (without running it) and return its entry point: 'verify' or 'grade'.
+def parse_source(source: str, filename: str = "<verifier>") -> ast.Module:
+    """Size-check and compile `source` without running it; its syntax tree.
 
-    Raises ValueError with a user-facing message.
+    Raises ValueError with a user-facing message (shared by python verifiers and environments).
     """
     size = len(source.encode("utf-8", "surrogatepass"))
     if size > MAX_SOURCE_BYTES:
         raise ValueError(f"source is {size} bytes; the limit is {MAX_SOURCE_BYTES} (256 kB)")
     try:
-        tree = ast.parse(source, filename="<verifier>", mode="exec")
-        compile(source, "<verifier>", "exec", dont_inherit=True)
+        tree = ast.parse(source, filename=filename, mode="exec")
+        compile(source, filename, "exec", dont_inherit=True)
     except SyntaxError as exc:
         raise ValueError(_syntax_error_text(exc)) from None
     except (ValueError, TypeError) as exc:  # e.g. null bytes
         raise ValueError(f"source does not compile: {exc}") from None
     except (RecursionError, MemoryError):
         raise ValueError("source does not compile: too deeply nested") from None
-    names = _top_level_names(tree.body)
+    return tree
+
+
+def top_level_names(tree: ast.Module) -> dict[str, str]:
+    """Names bound at module level -> how ('def', 'async def', 'class', 'assign', 'import')."""
+    return _top_level_names(tree.body)
+
+
+def analyse_python_source(source: str) -> str:
+    """Compile `source` (without running it) and return its entry point: 'verify' or 'grade'.
+
+    Raises ValueError with a user-facing message.
+    """
+    names = _top_level_names(parse_source(source).body)
     for entry in ENTRY_POINTS:
         how = names.get(entry)
         if how == "async def":

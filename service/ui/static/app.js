@@ -1,12 +1,14 @@
 /* The dashboard's entry: the login form, then the page's view (common.js, charts.js,
-   jobs.js, job.js, samples.js and compare.js are loaded before this file). The API key lives
-   in sessionStorage and goes out as a Bearer token; every number comes from the /v1 API. */
+   jobs.js, job.js, samples.js, compare.js and playground.js are loaded before this file). The
+   API key lives in sessionStorage and goes out as a Bearer token; every number comes from the
+   /v1 API. */
 "use strict";
 
 const PAGES = {
   jobs: (body) => jobsPage(),
   job: (body) => jobPage(body.dataset.jobId),
   compare: (body) => comparePage(),
+  playground: (body) => playgroundPage(body.dataset.jobId),
 };
 
 function start() {

@@ -86,6 +86,7 @@ async function jobPage(jobId) {
     if (job.memory_estimate) parts.push(`memory planned ${mib(job.memory_estimate.total)}`);
     if ("peak_memory_bytes" in m) parts.push(`peak ${mib(m.peak_memory_bytes)}`);
     $("job-summary").textContent = parts.join(" · ");
+    $("job-playground").href = `/ui/jobs/${encodeURIComponent(job.id)}/playground`;
     const lineage = $("job-lineage");
     lineage.textContent = "";
     if (job.parent_checkpoint) {

@@ -43,3 +43,12 @@ def test_upload_gives_up_with_the_cause(tmp_path: Path, monkeypatch: pytest.Monk
     storage = FlakyStorage(tmp_path / "objects", ["raise"] * 4)
     with pytest.raises(ConnectionError, match="unreachable"):
         uploads.upload_verified(storage, "k/step-1.tar", archive, 1000)
+
+
+def test_a_non_finite_run_fails_with_its_documented_code() -> None:
+    """The engine's NonFiniteTraining becomes the job's `non_finite_training` (docs/api.md);
+    anything unnamed stays `internal_error`."""
+    from workers.grpo.trainer import NonFiniteTraining
+
+    assert uploads.error_code(NonFiniteTraining("step 3: grad_norm = nan")) == "non_finite_training"
+    assert uploads.error_code(ValueError("unexpected")) == "internal_error"

@@ -106,8 +106,10 @@ def test_loop_or_sleep_past_the_deadline_is_killed(guard, body):
 
 
 def test_sleeping_just_under_the_deadline_spends_the_budget(guard):
-    src = "import time\ndef verify(prompt, completion):\n    time.sleep(0.35)\n    return 1.0\n"
-    v = guard.open(src, timeout_s=0.5, budget_s=1.0)
+    # Two 2 s calls fit the 5.5 s budget and the third spends it, whatever a loaded machine
+    # adds to each call up to 0.75 s (a 0.35 s sleep under a 0.5 s deadline was cut off there).
+    src = "import time\ndef verify(prompt, completion):\n    time.sleep(2.0)\n    return 1.0\n"
+    v = guard.open(src, timeout_s=4.0, budget_s=5.5)
     assert guard.score(v, [s("a")]) == ([1.0], [None])
     assert guard.score(v, [s("a")]) == ([1.0], [None])
     with pytest.raises(VerifierBudgetExceeded, match="'attack'.*budget_s"):

@@ -29,6 +29,7 @@ def test_kinds():
         "length",
         "composite",
         "openai_grader",
+        "judge",
     )
 
 

@@ -1,0 +1,31 @@
+"""devices a worker declares and a job asks for (issue 20)
+
+Revision ID: 0014
+Revises: 0013
+Create Date: 2026-12-02 05:00:00
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0014"
+down_revision: str | None = "0013"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    # Two added columns with a server default: existing rows read 1 (one device, as before).
+    with op.batch_alter_table("worker_heartbeats") as batch:
+        batch.add_column(sa.Column("devices", sa.Integer(), nullable=False, server_default="1"))
+    with op.batch_alter_table("jobs") as batch:
+        batch.add_column(sa.Column("devices", sa.Integer(), nullable=False, server_default="1"))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("devices")
+    with op.batch_alter_table("worker_heartbeats") as batch:
+        batch.drop_column("devices")
