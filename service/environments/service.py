@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.db import session_scope
@@ -17,12 +16,11 @@ from service.environments.schemas import (
     EnvironmentTestResult,
     EpisodeOut,
 )
-from service.ids import new_id
 from service.models import EnvironmentVersion
 from service.problems import FieldError, ProblemError, invalid, json_path, not_found
 from service.quotas import check_environment_quota
 from service.settings import Settings
-from service.verifiers.service import config_sha256, version_lookup, version_params
+from service.verifiers.service import append_version, version_lookup, version_params
 from workers.environments.config import EnvironmentConfig
 from workers.environments.episodes import ScriptedPolicy, run_episodes
 from workers.environments.host import EnvironmentBudgetExceeded, SandboxedEnvironment
@@ -66,24 +64,7 @@ def create_version(
 ) -> EnvironmentVersion:
     check_environment_quota(session, settings, tenant_id)
     config = validate_config(body.config)
-    latest = session.scalar(
-        select(func.max(EnvironmentVersion.version)).where(
-            EnvironmentVersion.tenant_id == tenant_id, EnvironmentVersion.name == body.name
-        )
-    )
-    row = EnvironmentVersion(
-        id=new_id("env"),
-        tenant_id=tenant_id,
-        name=body.name,
-        version=(latest or 0) + 1,
-        kind=body.kind,
-        description=body.description,
-        config=config,
-        sha256=config_sha256(body.kind, config),
-    )
-    session.add(row)
-    session.flush()
-    return row
+    return append_version(session, EnvironmentVersion, "env", tenant_id, body, config)
 
 
 def find_version(

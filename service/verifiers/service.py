@@ -50,13 +50,19 @@ def create_version(
         ) from exc
     if errors := judge_errors(session, settings, tenant_id, body.kind, config, "$.config"):
         raise invalid(errors)  # a judge's model or secret this tenant cannot use
+    return append_version(session, VerifierVersion, "ver", tenant_id, body, config)
+
+
+def append_version(
+    session: Session, model: Any, id_prefix: str, tenant_id: str, body: Any, config: dict
+) -> Any:
+    """The name's next immutable version (1 for a new name) of a versioned object (a verifier,
+    an environment): `body` carries name, kind and description; the sha256 is the config's."""
     latest = session.scalar(
-        select(func.max(VerifierVersion.version)).where(
-            VerifierVersion.tenant_id == tenant_id, VerifierVersion.name == body.name
-        )
+        select(func.max(model.version)).where(model.tenant_id == tenant_id, model.name == body.name)
     )
-    row = VerifierVersion(
-        id=new_id("ver"),
+    row = model(
+        id=new_id(id_prefix),
         tenant_id=tenant_id,
         name=body.name,
         version=(latest or 0) + 1,
