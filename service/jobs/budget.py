@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.jobs import lifecycle
+from service.jobs import pausing
 from service.models import JobUsage, Tenant
 from service.problems import ProblemError
 
@@ -72,4 +72,4 @@ def pause_if_over_budget(session: Session, job_id: str, tenant_id: str) -> bool:
     if state is None or not state.exhausted:
         return False
     reason = f"device-hour budget exhausted ({state.describe()})"
-    return lifecycle.request_pause(session, job_id, reason, {"budget": state.as_dict()})
+    return pausing.request_pause(session, job_id, reason, {"budget": state.as_dict()})

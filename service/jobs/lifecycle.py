@@ -11,7 +11,8 @@
              epoch = mine (the watchdog killed the training process, or it died)
     cancel   queued | paused -> cancelled; running | pausing -> cancelling (the API; the run
              stops at a step)
-    pause    queued -> paused; running -> pausing (the API, or a budget: request_pause)
+    pause    queued -> paused; running -> pausing (the API, or a budget: pausing.py's
+             request_pause; pause_attempt and resume live there too)
     paused   pausing -> paused WHERE epoch = mine       (the run checkpointed at a step boundary
              and stopped: pause_attempt; no lease, no worker)
     resume   paused -> queued (the API; the next claim resumes from the last checkpoint)
@@ -389,64 +390,3 @@ def _ended(status: str, error: dict[str, Any] | None) -> dict[str, Any]:
     elif status != "paused":
         values.update(finished_at=utcnow(), error=error)
     return values
-
-
-def request_pause(
-    session: Session, job_id: str, reason: str, data: dict[str, Any] | None = None
-) -> bool:
-    """Pause the job: a queued one at once (`paused`: its broker message finds nothing to
-    claim); a running one at its next step boundary (`pausing`: the run checkpoints, stops and
-    calls `pause_attempt`). `reason` goes into the event (`requested by the API`, a budget's
-    text). False when the job is in no status to pause (pausing, paused or final)."""
-    for before, after, message in (
-        ("queued", "paused", f"job paused: {reason}"),
-        ("running", "pausing", f"pause requested: {reason}"),
-    ):
-        moved = session.scalar(
-            update(Job)
-            .where(Job.id == job_id, Job.status == before)
-            .values(status=after)
-            .returning(Job.id)
-            .execution_options(synchronize_session=False)
-        )
-        if moved is not None:
-            add_event(session, job_id, "status", message,
-                      {**(data or {}), "status": after, "reason": reason})  # fmt: skip
-            return True
-    return False
-
-
-def pause_attempt(session: Session, job_id: str, epoch: int, step: int | None = None) -> bool:
-    """The run asked to pause has checkpointed at a step boundary and stopped: `pausing` ->
-    `paused`, only if this run still holds the job. The attempt it ends was asked to stop,
-    not lost: it is not counted against `max_attempts`."""
-    done = session.scalar(
-        update(Job)
-        .where(Job.id == job_id, Job.epoch == epoch, Job.status == "pausing")
-        .values(status="paused", lease_until=None, attempts=Job.attempts - 1)
-        .returning(Job.step)
-        .execution_options(synchronize_session=False)
-    )
-    if done is None:
-        return False
-    at = done if step is None else step
-    add_event(session, job_id, "status", f"job paused after step {at}",
-              {"status": "paused", "epoch": epoch, "step": at})  # fmt: skip
-    return True
-
-
-def resume(session: Session, job: Job) -> Job:
-    """A paused job is queued again (the caller enqueues it after the commit); its next claim
-    resumes from its last committed checkpoint. WrongStatus for any other status."""
-    moved = session.scalar(
-        update(Job)
-        .where(Job.id == job.id, Job.status == "paused")
-        .values(status="queued", enqueued_at=utcnow())
-        .returning(Job.id)
-        .execution_options(synchronize_session=False)
-    )
-    if moved is None:
-        raise WrongStatus(f"job '{job.id}' is {job.status}, not paused: only a paused job resumes")
-    add_event(session, job.id, "status", "job resumed; queued", {"status": "queued"})
-    session.refresh(job)
-    return job

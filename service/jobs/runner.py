@@ -26,7 +26,7 @@ from sqlalchemy.exc import OperationalError
 
 from service.db import session_scope
 from service.ids import new_id
-from service.jobs import lifecycle, resume
+from service.jobs import lifecycle, pausing, resume
 from service.jobs.archive import make_tar
 from service.jobs.environment import open_environment
 from service.jobs.preflight_run import gate as preflight_gate
@@ -218,7 +218,7 @@ class JobRun:
         """Stopped at a step boundary, its checkpoint committed: a pausing job is `paused`;
         a running one goes back to the queue for another worker; a pending cancel finishes."""
         with session_scope() as session:
-            paused = lifecycle.pause_attempt(session, self.job_id, self.epoch, self.step)
+            paused = pausing.pause_attempt(session, self.job_id, self.epoch, self.step)
             released = not paused and lifecycle.release(session, self.job_id, self.epoch)
             row = session.execute(
                 select(Job.queue, Job.devices).where(Job.id == self.job_id)

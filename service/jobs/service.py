@@ -14,7 +14,7 @@ from service.datasets.service import find_dataset_by_reference
 from service.db import after_commit
 from service.environments import service as environments
 from service.ids import new_id
-from service.jobs import budget, lifecycle, model_checks, worker_registry
+from service.jobs import budget, lifecycle, model_checks, pausing, worker_registry
 from service.jobs.base_model import ResolvedBase, resolve_base
 from service.jobs.schemas import JobCreate, VerifierRef
 from service.jobs.tracker_checks import check_trackers
@@ -193,7 +193,7 @@ def cancel_job(session: Session, job: Job) -> Job:
 
 def pause_job(session: Session, job: Job) -> Job:
     """A queued job is paused at once; a running one checkpoints at its next step boundary."""
-    if not lifecycle.request_pause(session, job.id, "requested by the API"):
+    if not pausing.request_pause(session, job.id, "requested by the API"):
         raise conflict(f"job '{job.id}' is {job.status}: only a queued or running job pauses")
     session.refresh(job)
     return job
@@ -206,7 +206,7 @@ def resume_job(session: Session, settings: Settings, job: Job) -> Job:
     budget.refuse_over_budget(session, job.tenant_id)  # 402: a budget's pause holds
     open_jobs.reserve_open_job(session, job.tenant_id, settings)
     try:
-        lifecycle.resume(session, job)
+        pausing.resume(session, job)
     except lifecycle.WrongStatus as exc:  # moved on since we read it (a concurrent resume)
         raise conflict(str(exc)) from None
     queue, devices = job.queue, job.devices

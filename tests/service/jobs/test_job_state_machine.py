@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import make_engine
 from service.ids import new_id
-from service.jobs import lifecycle
+from service.jobs import lifecycle, pausing
 from service.migrate import upgrade
 from service.models import FINAL_STATUSES, Dataset, Job, JobEvent, JobMetric, Tenant
 from service.models.base import utcnow
@@ -88,7 +88,7 @@ class JobLifecycle(RuleBasedStateMachine):
     def api_pause(self) -> None:
         before = self._status()
         with self.sessions.begin() as s:
-            asked = lifecycle.request_pause(s, self.job_id, "requested by the API")
+            asked = pausing.request_pause(s, self.job_id, "requested by the API")
         assert asked == (before in ("queued", "running"))
         if asked:
             assert self._status() == {"queued": "paused", "running": "pausing"}[before]
@@ -101,7 +101,7 @@ class JobLifecycle(RuleBasedStateMachine):
             with self.sessions.begin() as s:
                 job = s.get(Job, self.job_id)
                 assert job is not None
-                lifecycle.resume(s, job)
+                pausing.resume(s, job)
         except lifecycle.WrongStatus:
             assert before != "paused"
         else:
@@ -115,7 +115,7 @@ class JobLifecycle(RuleBasedStateMachine):
         if epoch is None:
             return
         with self.sessions.begin() as s:
-            paused = lifecycle.pause_attempt(s, self.job_id, epoch)
+            paused = pausing.pause_attempt(s, self.job_id, epoch)
         assert paused == (before == "pausing" and epoch == holder)  # only the holder's run
         self._step()
 

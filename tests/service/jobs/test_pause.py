@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.jobs import lifecycle
+from service.jobs import lifecycle, pausing
 from service.models import Job, JobEvent
 from service.models.base import utcnow
 from tests.service.jobs.test_lifecycle import make_job
@@ -38,18 +38,18 @@ def _last_status_event(sessions: sessionmaker[Session], job_id: str) -> JobEvent
 def test_a_queued_job_pauses_at_once_and_resumes(sessions: sessionmaker[Session]) -> None:
     job_id = make_job(sessions)
     with sessions.begin() as s:
-        assert lifecycle.request_pause(s, job_id, "budget spent", {"tenant_budget_h": 1.0})
+        assert pausing.request_pause(s, job_id, "budget spent", {"tenant_budget_h": 1.0})
     assert _job(sessions, job_id).status == "paused"
     event = _last_status_event(sessions, job_id)
     assert event.message == "job paused: budget spent"
     assert event.data == {"status": "paused", "reason": "budget spent", "tenant_budget_h": 1.0}
     with sessions.begin() as s:
         assert lifecycle.claim(s, job_id, 60) is None  # its broker message finds nothing
-        assert not lifecycle.request_pause(s, job_id, "again")  # paused already
+        assert not pausing.request_pause(s, job_id, "again")  # paused already
     before = _job(sessions, job_id).enqueued_at
     with sessions.begin() as s:
         job = s.get(Job, job_id)
-        assert job is not None and lifecycle.resume(s, job).status == "queued"
+        assert job is not None and pausing.resume(s, job).status == "queued"
     after = _job(sessions, job_id)
     assert after.status == "queued" and after.enqueued_at is not None
     assert before is None or after.enqueued_at > before  # the reconciler's clock starts again
@@ -57,7 +57,7 @@ def test_a_queued_job_pauses_at_once_and_resumes(sessions: sessionmaker[Session]
         job = s.get(Job, job_id)
         assert job is not None
         with pytest.raises(lifecycle.WrongStatus):
-            lifecycle.resume(s, job)  # only a paused job resumes
+            pausing.resume(s, job)  # only a paused job resumes
         assert lifecycle.claim(s, job_id, 60) == 1
 
 
@@ -66,14 +66,14 @@ def test_a_running_job_pauses_at_its_step_boundary(sessions: sessionmaker[Sessio
     with sessions.begin() as s:
         epoch = lifecycle.claim(s, job_id, 60)
         lifecycle.record_step(s, job_id, epoch, 1, {"reward_mean": 0.5})
-        assert lifecycle.request_pause(s, job_id, "requested by the API")
+        assert pausing.request_pause(s, job_id, "requested by the API")
     assert _job(sessions, job_id).status == "pausing"
     with sessions.begin() as s:  # still its run's: the lease renews, the writes are fenced
         assert lifecycle.renew(s, job_id, epoch, 60) == "pausing"
         lifecycle.record_step(s, job_id, epoch, 2, {"reward_mean": 0.6})
-        assert not lifecycle.pause_attempt(s, job_id, epoch + 1, 2)  # not this epoch's
+        assert not pausing.pause_attempt(s, job_id, epoch + 1, 2)  # not this epoch's
         assert not lifecycle.release(s, job_id, epoch)  # a pausing job is not handed back
-        assert lifecycle.pause_attempt(s, job_id, epoch, 2)
+        assert pausing.pause_attempt(s, job_id, epoch, 2)
     job = _job(sessions, job_id)
     assert (job.status, job.lease_until, job.step, job.finished_at) == ("paused", None, 2, None)
     assert job.attempts == 0  # asked to stop, not lost: no attempt used up
@@ -85,7 +85,7 @@ def test_a_running_job_pauses_at_its_step_boundary(sessions: sessionmaker[Sessio
     with sessions.begin() as s:
         job = s.get(Job, job_id)
         assert job is not None
-        lifecycle.resume(s, job)
+        pausing.resume(s, job)
     with sessions.begin() as s:
         assert lifecycle.claim(s, job_id, 60) == epoch + 1  # a new epoch fences the old one
 
@@ -94,7 +94,7 @@ def test_a_pausing_job_whose_worker_died_becomes_paused(sessions: sessionmaker[S
     job_id = make_job(sessions)
     with sessions.begin() as s:
         epoch = lifecycle.claim(s, job_id, 60)
-        lifecycle.request_pause(s, job_id, "requested by the API")
+        pausing.request_pause(s, job_id, "requested by the API")
     with sessions.begin() as s:
         s.execute(update(Job).where(Job.id == job_id).values(lease_until=utcnow() - timedelta(1)))
     with sessions.begin() as s:
@@ -109,7 +109,7 @@ def test_the_watchdog_ending_a_pausing_attempt_pauses_it(sessions: sessionmaker[
     job_id = make_job(sessions)
     with sessions.begin() as s:
         epoch = lifecycle.claim(s, job_id, 60)
-        lifecycle.request_pause(s, job_id, "requested by the API")
+        pausing.request_pause(s, job_id, "requested by the API")
         cause = {"code": "crashed", "message": "killed by SIGKILL", "watchdog": False}
         assert lifecycle.end_attempt(s, job_id, epoch, MAX_ATTEMPTS, cause) == "paused"
     assert _job(sessions, job_id).status == "paused"
@@ -122,9 +122,9 @@ def test_cancel_of_a_paused_or_pausing_job(
     job_id = make_job(sessions)
     with sessions.begin() as s:
         epoch = lifecycle.claim(s, job_id, 60)
-        lifecycle.request_pause(s, job_id, "requested by the API")
+        pausing.request_pause(s, job_id, "requested by the API")
         if before == "paused":
-            lifecycle.pause_attempt(s, job_id, epoch)
+            pausing.pause_attempt(s, job_id, epoch)
     with sessions.begin() as s:
         job = s.get(Job, job_id)
         assert job is not None and job.status == before
@@ -132,7 +132,7 @@ def test_cancel_of_a_paused_or_pausing_job(
     job = _job(sessions, job_id)
     assert job.status == after and (job.finished_at is not None) == (after == "cancelled")
     with sessions.begin() as s:
-        assert not lifecycle.request_pause(s, job_id, "too late")
+        assert not pausing.request_pause(s, job_id, "too late")
 
 
 def test_a_final_job_neither_pauses_nor_resumes(sessions: sessionmaker[Session]) -> None:
@@ -141,9 +141,9 @@ def test_a_final_job_neither_pauses_nor_resumes(sessions: sessionmaker[Session])
         epoch = lifecycle.claim(s, job_id, 60)
         lifecycle.finish(s, job_id, epoch, "succeeded")
     with sessions.begin() as s:
-        assert not lifecycle.request_pause(s, job_id, "requested by the API")
+        assert not pausing.request_pause(s, job_id, "requested by the API")
         job = s.get(Job, job_id)
         assert job is not None
         with pytest.raises(lifecycle.WrongStatus):
-            lifecycle.resume(s, job)
+            pausing.resume(s, job)
     assert _job(sessions, job_id).status == "succeeded"
