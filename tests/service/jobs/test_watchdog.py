@@ -39,7 +39,9 @@ def enqueued(sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(runner, "session_scope", scope)
     monkeypatch.setattr(watchdog, "session_scope", scope)
     sent: list[str] = []
-    monkeypatch.setattr(watchdog, "enqueue_training", lambda job_id, _queue: sent.append(job_id))
+    monkeypatch.setattr(
+        watchdog, "enqueue_training", lambda job_id, _queue, _devices=1: sent.append(job_id)
+    )
     return sent
 
 
