@@ -61,7 +61,9 @@ def measure(root: Path, size: str, steps: int, lora: int | None = None) -> dict[
     trainer.accumulate_gradients = timed(times["fwd_bwd"], trainer.accumulate_gradients)
     trainer.grpo_step = timed(times["step"], trainer.grpo_step)
     torch.nn.utils.clip_grad_norm_ = timed(times["clip"], torch.nn.utils.clip_grad_norm_)
-    setup = trainer._setup
+    # The run is built by `run.open_run` (older revisions: `trainer._setup`), called from train.
+    setup_name = "open_run" if hasattr(trainer, "open_run") else "_setup"
+    setup = getattr(trainer, setup_name)
 
     def timed_setup(*args: Any, **kwargs: Any) -> Any:
         run = setup(*args, **kwargs)
@@ -69,7 +71,7 @@ def measure(root: Path, size: str, steps: int, lora: int | None = None) -> dict[
         run.optimizer.step = timed(times["optimizer"], run.optimizer.step)
         return run
 
-    trainer._setup = timed_setup
+    setattr(trainer, setup_name, timed_setup)
     if lora is not None:  # through the spec, so that older revisions (--against) take it too
         import workers.grpo.config as config
 

@@ -28,8 +28,9 @@ import torch
 
 from workers.grpo.config import TrainSpec
 from workers.grpo.policy import BaseWeights
+from workers.grpo.run import TrainHooks, open_run
 from workers.grpo.scoring import Scorer
-from workers.grpo.trainer import TrainHooks, _setup, grpo_step
+from workers.grpo.trainer import grpo_step
 
 MAX_ERROR_RATE = 0.05  # verifier errors above this share of scores: fatal
 MOST = 0.5  # "most groups" / "most completions"
@@ -119,7 +120,7 @@ def preflight(
     })})  # fmt: skip
     rows: list[dict[str, Any]] = []
     hooks = TrainHooks(on_rollouts=lambda _step, _split, batch: rows.extend(batch))
-    run = _setup(small, records, scorers, hooks, None, device, weights)
+    run = open_run(small, records, scorers, hooks, None, device, weights)
     try:
         metrics = grpo_step(run)
         peak = run.meter.peak() if run.meter is not None else 0

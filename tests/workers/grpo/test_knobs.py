@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import workers.grpo.fast as fast_module
+import workers.grpo.run as run_module
 import workers.grpo.trainer as trainer_module
 import workers.grpo.update as update_module
 from tests.workers.grpo.helpers import FixedScorer, Recorder, small_spec
@@ -42,7 +43,7 @@ def loss_calls(monkeypatch) -> list[dict]:
 def captured(monkeypatch) -> dict:
     """The run's Policy and every step's Rollout."""
     seen: dict = {"rollouts": []}
-    load, collect = trainer_module.load_policy, trainer_module.collect_rollout
+    load, collect = run_module.load_policy, trainer_module.collect_rollout
 
     def load_policy(*a, **kw):
         seen["policy"] = load(*a, **kw)
@@ -52,7 +53,7 @@ def captured(monkeypatch) -> dict:
         seen["rollouts"].append(collect(*a, **kw))
         return seen["rollouts"][-1]
 
-    monkeypatch.setattr(trainer_module, "load_policy", load_policy)
+    monkeypatch.setattr(run_module, "load_policy", load_policy)
     monkeypatch.setattr(trainer_module, "collect_rollout", collect_rollout)
     return seen
 
