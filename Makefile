@@ -27,8 +27,12 @@ sandbox:
 services:
 	bash .ci/ensure-services.sh
 
+# Test files run on TEST_WORKERS processes, each file whole on one (its module fixtures start
+# services once); most of a test's time is waiting on other processes, so 2 pay on 2 cores.
+TEST_WORKERS ?= 2
+
 test: venv services
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 lint: venv
 	$(BIN)/ruff check service workers tests bench migrations

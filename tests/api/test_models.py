@@ -4,9 +4,11 @@ PostgreSQL."""
 
 from __future__ import annotations
 
+import ast
 import secrets
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -17,7 +19,7 @@ from service.ids import new_id
 from service.models import Checkpoint
 from tests.api.conftest import tenant_client
 from tests.api.helpers import error_paths, job_body, make_dataset, make_job, make_verifier, problem
-from tests.api.server import SMALL_DEVICE_QUEUE, settings_of
+from tests.api.server import SHARDED_QUEUE, SMALL_DEVICE_QUEUE, settings_of
 from tests.e2e.services import CLI, TINY, RunningService
 
 
@@ -74,7 +76,10 @@ def _base_model_message(client: httpx.Client, ds: str, value: str) -> str:
     problem(r, 422)
     assert error_paths(r) == ["$.base_model"], r.text
     (error,) = r.json()["errors"]
-    return error["message"].replace(repr(value), "<value>")
+    shown, rest = error["message"].split(" is neither", 1)
+    # The value quoted back, cut to 80 characters (a long path: its start and "...")
+    assert value.startswith(ast.literal_eval(shown).removesuffix("...")), error["message"]
+    return "<value> is neither" + rest
 
 
 def test_base_model_is_a_catalog_name_or_an_own_checkpoint_nothing_else(
@@ -258,3 +263,49 @@ def test_the_memory_plan_is_shown_and_a_job_over_the_device_is_refused(
     problem(r, 422)
     assert error_paths(r) == ["$.queue"]
     assert "estimated peak memory" in r.text and "0.0625 GiB" in r.text
+
+
+def test_the_memory_plan_is_per_device_when_the_job_is_sharded(client: httpx.Client) -> None:
+    """On N devices (FSDP2) the plan is one rank's: a job over a device on one fits on two."""
+    make_verifier(client)
+    ds = make_dataset(client, n=4)
+    grpo = {"steps": 2, "prompts_per_step": 4, "group_size": 8}
+    extra: dict[str, Any] = {"grpo": grpo, "generation": {"max_new_tokens": 64}}
+    extra["queue"] = SHARDED_QUEUE
+    body = job_body(ds, **extra)
+    r = client.post("/v1/jobs", json=body)
+    problem(r, 422)
+    assert error_paths(r) == ["$.queue"] and "per device" not in r.text
+    message = r.json()["errors"][0]["message"]
+    assert "exceeds the 0.3125 GiB of a device" in message and "resources.devices" in message
+    one = _parts_gib(message)
+    plans = {}
+    for n in (2, 4):
+        job = make_job(client, ds, **extra, resources={"devices": n})
+        plans[n] = job["memory_estimate"]
+        assert plans[n]["total"] <= 5 / 16 * 2**30 < one["total"] * 2**30
+        client.post(f"/v1/jobs/{job['id']}/cancel")
+    # Sharded 1/N: the optimizer state; the shard beside the weights gathered to decode; the
+    # rank's P/N prompts' KV cache and activations. The reference copy is whole on each.
+    for n, plan in plans.items():
+        gib = {k: v / 2**30 for k, v in plan.items()}
+        assert abs(gib["optimizer"] - one["optimizer"] / n) < 0.01
+        assert abs(gib["weights"] - one["weights"] / 2 * (1 + 1 / n)) < 0.01
+        assert abs(gib["kv_cache"] - one["kv_cache"] / n) < 0.01
+        assert abs(gib["activations"] - one["activations"] / n) < 0.01
+        assert abs(gib["reference"] - one["reference"]) < 0.01 and one["reference"] > 0
+    # Over a device even on two: the message says the parts are per device.
+    over = {**body, "generation": {"max_new_tokens": 160}, "resources": {"devices": 2}}
+    r = client.post("/v1/jobs", json=over)
+    problem(r, 422)
+    assert "GiB per device on 2 devices (weights" in r.text, r.text
+    two = _parts_gib(r.json()["errors"][0]["message"])
+    assert abs(two["optimizer"] - one["optimizer"] / 2) < 0.01
+
+
+def _parts_gib(message: str) -> dict[str, float]:
+    """The parts a memory refusal lists, in GiB ("... GiB (weights 0.02, workspace 0.08, ...)")."""
+    total = float(message.split("estimated peak memory ", 1)[1].split(" GiB", 1)[0])
+    listed = message.split("(", 1)[1].split(")", 1)[0]
+    parts = {k: float(v) for k, v in (p.rsplit(" ", 1) for p in listed.split(", "))}
+    return {**parts, "total": total}

@@ -33,15 +33,17 @@ def test_catastrophic_regex_is_answered_and_health_keeps_answering(
     try:
         samples = [{"prompt": "p", "completion": EVIL_TEXT * k} for k in (1, 10, 100)]
         start = time.monotonic()
-        r = client.post("/v1/verifiers/evil/test", json={"samples": samples}, timeout=10)
+        r = client.post("/v1/verifiers/evil/test", json={"samples": samples}, timeout=30)
         elapsed = time.monotonic() - start
     finally:
         done.set()
         prober.join()
     assert r.status_code == 200, r.text
     assert r.json()["scores"] == [0.0, 0.0, 0.0] and r.json()["errors"] == [None] * 3
-    assert elapsed < 2.0
-    assert health and max(health) < 2.0
+    # Backtracking would take minutes per sample (2**34 paths); RE2 answers in well under a
+    # second. The bounds leave room for a loaded machine (the first call starts the helper).
+    assert elapsed < 20.0
+    assert health and max(health) < 5.0
 
 
 def test_a_pattern_re2_cannot_run_is_a_422_naming_the_field(client: httpx.Client) -> None:
