@@ -20,6 +20,8 @@ from service.graders.router import router as graders_router
 from service.health import router as health_router
 from service.inference.router import router as inference_router
 from service.jobs.control import router as job_control_router
+from service.jobs.poll import PollFastPath
+from service.jobs.router import poll_route
 from service.jobs.router import router as jobs_router
 from service.limits import BodyLimitMiddleware
 from service.metrics import MetricsMiddleware, register_collectors
@@ -92,6 +94,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.docs_enabled:
         app.include_router(docs_router)
     openapi.install(app)
+    # First added: innermost, inside every other middleware of ours.
+    app.add_middleware(PollFastPath, route=poll_route(jobs_router))
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(RateLimitHeaders)
     app.add_middleware(MetricsMiddleware)

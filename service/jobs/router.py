@@ -1,20 +1,17 @@
 from functools import partial
 from typing import Annotated
 
-import anyio
-import anyio.to_thread
-from anyio.lowlevel import RunVar
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
 from fastapi.responses import StreamingResponse
-from sqlalchemy import bindparam, select
-from sqlalchemy.exc import DBAPIError
+from fastapi.routing import APIRoute
+from sqlalchemy import select
 
-from service.db import get_read_engine
 from service.deps import ApiKeyDep, SessionDep, SettingsDep, StorageDep, TenantDep, key_is_valid
 from service.idempotency import Idempotent, IdempotentRoute
 from service.jobs import service
 from service.jobs.downloads import download_response
 from service.jobs.events import stream_events
+from service.jobs.poll import read_job
 from service.jobs.schemas import (
     CheckpointOut,
     CheckpointsPage,
@@ -29,7 +26,6 @@ from service.limits import check_open_jobs
 from service.models import Job
 from service.openapi import problems
 from service.pagination import MAX_ID, MAX_INT, Page, PageDep, paginate
-from service.problems import not_found
 
 router = APIRouter(
     prefix="/v1/jobs",
@@ -60,40 +56,6 @@ def _json(job: Job, status_code: int = 200) -> Response:
     a sync endpoint, is one more trip through the thread pool)."""
     body = _out(job).model_dump_json(by_alias=True)
     return Response(body, status_code=status_code, media_type="application/json")
-
-
-# The status poll reads just the columns JobOut shows, with Core (no ORM identity map);
-# built once, with bound parameters: no statement to build or cache key to compute per poll.
-_POLL = select(*(Job.__table__.c[name] for name in JobOut.model_fields)).where(
-    Job.__table__.c.id == bindparam("job_id"), Job.__table__.c.tenant_id == bindparam("tenant")
-)
-
-
-# Status polls reading at once, per process: well under the engine's pool_size (10), so that a
-# burst of polls never checks out overflow connections (each one opened and closed again: a
-# PostgreSQL backend forked per burst), and few threads contend for the GIL; a poll beyond it
-# waits its turn on the event loop instead. The value was chosen with `bench/api_load.py`: both
-# fewer and more served fewer polls a second, and more also lengthened the p99 (bench/README.md).
-POLL_CONCURRENCY = 4
-_poll_limiter: RunVar[anyio.CapacityLimiter] = RunVar("grpo_poll_limiter")
-
-
-def _read_job(tenant: str, job_id: str) -> Response:
-    """The status poll, the hot path: one short read in one trip through the thread pool, on
-    the read engine (autocommit, no pre-ping: one database round trip per poll). A connection
-    the database dropped fails the first try; the read is simply made again."""
-    for attempt in range(2):
-        try:
-            with get_read_engine(POLL_CONCURRENCY).connect() as conn:
-                row = conn.execute(_POLL, {"job_id": job_id, "tenant": tenant}).first()
-            break
-        except DBAPIError as exc:
-            if attempt or not exc.connection_invalidated:
-                raise
-    if row is None:
-        raise not_found("job", job_id)  # as service.get_job: another tenant's job is missing
-    body = JobOut.model_validate(row, from_attributes=True).model_dump_json(by_alias=True)
-    return Response(body, media_type="application/json")
 
 
 @router.post(
@@ -128,15 +90,15 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=problems(404))
-async def get_job(
-    job_id: str, tenant: TenantDep
-) -> Response:  # the same 404 as load_job, for a missing id or another tenant's job
-    try:
-        limiter = _poll_limiter.get()
-    except LookupError:  # one per event loop (as anyio's own default thread limiter)
-        limiter = anyio.CapacityLimiter(POLL_CONCURRENCY)
-        _poll_limiter.set(limiter)
-    return await anyio.to_thread.run_sync(_read_job, tenant, job_id, limiter=limiter)
+async def get_job(job_id: str, tenant: TenantDep) -> Response:
+    """The status poll. Most polls never reach this route: `service.jobs.poll.PollFastPath`
+    answers them first, the same way; a key not cached yet, for one, comes here."""
+    return await read_job(tenant, job_id)  # the same 404 for a missing id or another tenant's
+
+
+def poll_route(jobs_router: APIRouter) -> APIRoute:
+    """The status poll's route (`service.jobs.poll.PollFastPath` labels its answers with it)."""
+    return next(r for r in jobs_router.routes if isinstance(r, APIRoute) and r.endpoint is get_job)
 
 
 @router.post(

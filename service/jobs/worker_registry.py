@@ -129,16 +129,13 @@ def check_devices(session: Session, body: JobCreate, settings: Settings) -> list
     return [FieldError(path=path, message=message)]
 
 
-def warn_if_unserved(session: Session, job: Job, settings: Settings) -> bool:
-    """Add a `no_worker` event to a just-created job whose queue has no live worker."""
-    if live_workers(session, job.queue, settings):
-        return False
+def add_no_worker_event(session: Session, job: Job) -> None:
+    """The `no_worker` event of a job whose queue has no live worker."""
     message = (
         f"no live worker serves queue '{job.queue}': the job stays queued until a worker "
         f"for it starts (grpo-service worker --queue {job.queue})"
     )
     lifecycle.add_event(session, job.id, "no_worker", message, {"queue": job.queue})
-    return True
 
 
 def this_worker() -> str:

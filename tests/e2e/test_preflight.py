@@ -135,7 +135,7 @@ def test_bad_body_answers_as_a_job_submission(client: httpx.Client) -> None:
     assert as_preflight.json() == as_job.json()
 
 
-def test_cli_stops_before_a_doomed_job(
+def test_cli_stops_before_a_doomed_job_unless_forced(
     client: httpx.Client, embedded_service: RunningService, tmp_path: Path
 ) -> None:
     job_file = tmp_path / "job.json"
@@ -150,7 +150,20 @@ def test_cli_stops_before_a_doomed_job(
     before = client.get("/v1/jobs").json()["data"]
     stopped = subprocess.run(
         [*grpo, "--preflight"], env=env, capture_output=True, text=True, timeout=300
-    )  # (--force would submit it: `preflight_or_stop`)
+    )
     assert stopped.returncode == 1, stopped.stderr
     assert "all_groups_zero_spread" in stopped.stderr and "no job submitted" in stopped.stderr
     assert client.get("/v1/jobs").json()["data"] == before  # nothing was submitted
+
+    # --force: the same fatal warning is shown, and the job is submitted all the same.
+    forced = subprocess.run(
+        [*grpo, "--preflight", "--force", "--json"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert forced.returncode == 0, forced.stderr
+    assert "all_groups_zero_spread" in forced.stderr and "no job submitted" not in forced.stderr
+    job = json.loads(forced.stdout)
+    assert job["status"] == "queued" and job["spec"]["verifiers"][0]["name"] == "constant"
+    after = client.get("/v1/jobs").json()["data"]
+    assert [j["id"] for j in after] == [job["id"], *(j["id"] for j in before)]
+    client.post(f"/v1/jobs/{job['id']}/cancel")  # no need to train it
