@@ -364,6 +364,11 @@ class Settings(BaseSettings):
         description="`openai` backend: a folder the backend also reads, where the API unpacks "
         "adapter checkpoints before /v1/load_lora_adapter (unset: adapters refused).",
     )
+    inference_lora_backend_dir: str | None = Field(
+        None,
+        description="`openai` backend: the same folder as the backend sees it (its mount path), "
+        "for the `lora_path` it is sent; unset: the API's own path (mounted alike).",
+    )
     serve_max_models: int = Field(2, ge=1, description="Base models serve keeps loaded (LRU).")
     serve_max_adapters: int = Field(
         8, ge=1, description="LoRA adapters serve keeps loaded on one base (LRU)."

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Query
 
 from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
 from service.fine_tuning import history, service
+from service.fine_tuning.progress import progress_of
 from service.fine_tuning.schemas import (
     CheckpointList,
     FineTuningEventList,
@@ -39,6 +40,14 @@ def load_fine_tuning_job(fine_tuning_job_id: str, session: SessionDep, tenant: T
 
 
 FineTuningJobDep = Annotated[Job, Depends(load_fine_tuning_job)]
+
+
+def _view(session: SessionDep, job: Job) -> FineTuningJobOut:
+    """The job as OpenAI shows it, its trained tokens and estimated finish from our records."""
+    session.flush()  # a transition just made (cancel, pause) is what the estimate reads
+    return job_view(job, progress_of(session, [job])[job.id])
+
+
 Limit = Annotated[int, Query(ge=1, le=100, description="Page size.")]
 After = Annotated[
     str | None,
@@ -63,7 +72,7 @@ def create_fine_tuning_job(
     """A reinforcement fine-tuning job: one of our jobs (GET /v1/jobs/{job}), its grader a
     verifier, its hyperparameters GRPO knobs. 400 for another method, an unknown grader type
     or a template field the files lack."""
-    return job_view(service.create_job(session, storage, settings, tenant, body))
+    return _view(session, service.create_job(session, storage, settings, tenant, body))
 
 
 @router.get("", response_model=FineTuningJobList)
@@ -71,12 +80,16 @@ def list_fine_tuning_jobs(
     session: SessionDep, tenant: TenantDep, page: PageDep
 ) -> FineTuningJobList:
     rows, has_more, nxt = service.list_jobs(session, tenant, page)
-    return FineTuningJobList(data=[job_view(r) for r in rows], has_more=has_more, next=nxt)
+    progress = progress_of(session, rows)
+    data = [job_view(r, progress[r.id]) for r in rows]
+    return FineTuningJobList(data=data, has_more=has_more, next=nxt)
 
 
 @router.get("/{fine_tuning_job_id}", response_model=FineTuningJobOut, responses=problems(404))
-def get_fine_tuning_job(job: FineTuningJobDep) -> FineTuningJobOut:
-    return job_view(job)
+def get_fine_tuning_job(job: FineTuningJobDep, session: SessionDep) -> FineTuningJobOut:
+    """`trained_tokens`: the tokens its recorded steps trained so far (null before the first);
+    `estimated_finish`: while running, now plus the remaining steps at its recent step time."""
+    return _view(session, job)
 
 
 @router.post(
@@ -88,7 +101,7 @@ def get_fine_tuning_job(job: FineTuningJobDep) -> FineTuningJobOut:
 def cancel_fine_tuning_job(job: FineTuningJobDep, session: SessionDep) -> FineTuningJobOut:
     """As POST /v1/jobs/{id}/cancel: a queued job is cancelled at once, a running one stops at
     its next step (`running` until then). 409 for a finished job."""
-    return job_view(jobs.cancel_job(session, job))
+    return _view(session, jobs.cancel_job(session, job))
 
 
 @router.post(
@@ -99,7 +112,7 @@ def cancel_fine_tuning_job(job: FineTuningJobDep, session: SessionDep) -> FineTu
 )
 def pause_fine_tuning_job(job: FineTuningJobDep, session: SessionDep) -> FineTuningJobOut:
     """As POST /v1/jobs/{id}/pause: `paused` once its checkpoint is saved."""
-    return job_view(jobs.pause_job(session, job))
+    return _view(session, jobs.pause_job(session, job))
 
 
 @router.post(
@@ -112,7 +125,7 @@ def resume_fine_tuning_job(
     job: FineTuningJobDep, session: SessionDep, settings: SettingsDep
 ) -> FineTuningJobOut:
     """As POST /v1/jobs/{id}/resume: a paused job is queued again, from its checkpoint."""
-    return job_view(jobs.resume_job(session, settings, job))
+    return _view(session, jobs.resume_job(session, settings, job))
 
 
 @router.get(

@@ -128,10 +128,16 @@ class FineTuningJobOut(BaseModel):
     status: Literal[
         "validating_files", "queued", "running", "succeeded", "failed", "cancelled", "paused"
     ]
-    trained_tokens: int | None = None
+    trained_tokens: int | None = Field(
+        None, description="Tokens its recorded steps trained (our usage); null before the first."
+    )
     training_file: str
     validation_file: str | None
-    estimated_finish: int | None = None
+    estimated_finish: int | None = Field(
+        None,
+        description="While running: now plus the remaining steps at the mean time of its last "
+        "10 (Unix seconds); null otherwise, or before a step is timed.",
+    )
     integrations: list[dict[str, Any]] | None = None
     metadata: dict[str, str] | None = None
     method: dict[str, Any]

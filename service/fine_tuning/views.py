@@ -7,6 +7,7 @@ from typing import Any
 
 from service.catalog.fine_tuned import fine_tuned_model_name
 from service.files.schemas import unix
+from service.fine_tuning.progress import Progress
 from service.fine_tuning.schemas import (
     CheckpointOut,
     FineTuningEventOut,
@@ -33,8 +34,10 @@ _WARNINGS = ("warning", "reward_hacking_suspected", "no_worker", "rollouts_not_s
 _ERRORS = ("rank_failed",)
 
 
-def job_view(job: Job) -> FineTuningJobOut:
+def job_view(job: Job, progress: Progress | None = None) -> FineTuningJobOut:
+    """`progress` (service.fine_tuning.progress) fills `trained_tokens` and `estimated_finish`."""
     ft = job.fine_tuning or {}
+    progress = progress or Progress()
     hp = ft["method"]["reinforcement"]["hyperparameters"]
     error = None
     if job.error:
@@ -56,8 +59,10 @@ def job_view(job: Job) -> FineTuningJobOut:
         organization_id=job.tenant_id,
         seed=ft["seed"],
         status=STATUS[job.status],  # type: ignore[arg-type]
+        trained_tokens=progress.trained_tokens,
         training_file=ft["training_file"],
         validation_file=ft.get("validation_file"),
+        estimated_finish=progress.estimated_finish,
         metadata=ft.get("metadata"),
         method=ft["method"],
         suffix=ft.get("suffix"),

@@ -1,21 +1,24 @@
 """`POST /v1/chat/completions` and `POST /v1/completions`, OpenAI-shaped (the official `openai`
 SDK's `chat.completions.create` and `completions.create`): authorised, the model resolved for
-the tenant, then proxied to the inference backend; `stream: true` streams its SSE through."""
+the tenant, then proxied to the inference backend; `stream: true` streams its SSE through. The
+answers name the model as the caller did (a fine-tuned model's name, not its checkpoint)."""
 
 from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import httpx
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response, StreamingResponse
 
 from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
 from service.inference import service
+from service.inference.disconnect import unless_gone
+from service.inference.renaming import renamed_body, renamed_events
 from service.inference.schemas import ChatCompletionRequest, CompletionRequest
 from service.openapi import problems
 from service.problems import ProblemError
@@ -38,28 +41,35 @@ _OK = {
 @router.post("/chat/completions", response_class=Response, responses=_OK)
 async def chat_completions(
     body: ChatCompletionRequest,
+    request: Request,
     session: SessionDep,
     tenant: TenantDep,
     settings: SettingsDep,
     storage: StorageDep,
 ) -> Response:
     """A chat completion from a catalog model or one of your checkpoints (`model`)."""
-    return await _proxy("/v1/chat/completions", body, session, tenant, settings, storage)
+    return await _proxy(request, "/v1/chat/completions", body, session, tenant, settings, storage)
 
 
 @router.post("/completions", response_class=Response, responses=_OK)
 async def completions(
     body: CompletionRequest,
+    request: Request,
     session: SessionDep,
     tenant: TenantDep,
     settings: SettingsDep,
     storage: StorageDep,
 ) -> Response:
     """A text completion from a catalog model or one of your checkpoints (`model`)."""
-    return await _proxy("/v1/completions", body, session, tenant, settings, storage)
+    return await _proxy(request, "/v1/completions", body, session, tenant, settings, storage)
+
+
+# What a client that went away gets (nginx's "client closed request"; no one reads it)
+_GONE = 499
 
 
 async def _proxy(
+    request: Request,
     path: str,
     body: ChatCompletionRequest | CompletionRequest,
     session: Any,
@@ -67,42 +77,68 @@ async def _proxy(
     settings: Settings,
     storage: ObjectStorage,
 ) -> Response:
+    """The backend's answer, its `model` the name the caller used. A caller that goes away
+    closes our request to the backend (it stops decoding: docs/inference.md)."""
     target = await run_in_threadpool(service.resolve, session, tenant, body.model)
     url = service.backend_url(settings) + path
-    if settings.inference_backend == "openai":
-        await run_in_threadpool(_prepare, target, settings, storage)
+    openai_backend = settings.inference_backend == "openai"
     payload = {**service.forward_body(body), "model": target.model}
     client = _client(settings)
-    request = client.build_request("POST", url, json=payload, headers=service.headers(settings))
-    try:
-        answer = await client.send(request, stream=True)
-    except httpx.HTTPError as exc:
-        raise _transport_problem(exc) from exc
-    if answer.status_code != 200:
+    for retry in (True, False):
+        if openai_backend:
+            await run_in_threadpool(_prepare, target, settings, storage)
+        upstream = client.build_request(
+            "POST", url, json=payload, headers=service.headers(settings)
+        )
+        try:
+            here, answer = await unless_gone(request, client.send(upstream, stream=True))
+        except httpx.HTTPError as exc:
+            raise _transport_problem(exc) from exc
+        if not here or answer is None:
+            return Response(status_code=_GONE)
+        if answer.status_code == 200:
+            break
         content = await answer.aread()
         await answer.aclose()
-        raise service.backend_problem(answer.status_code, content)
+        # a backend that restarted has forgotten the adapters loaded into it: load it again
+        if not (retry and openai_backend and answer.status_code == 404):
+            raise service.backend_problem(answer.status_code, content)
+        if not service.forget_adapter(target):
+            raise service.backend_problem(answer.status_code, content)
+    rename = body.model if body.model != target.model else None
     if not body.stream:
         try:
-            content = await answer.aread()
+            here, content = await unless_gone(request, answer.aread())
         except httpx.HTTPError as exc:
             raise _transport_problem(exc) from exc
         finally:
             await answer.aclose()
-        return Response(content, media_type="application/json")
+        if not here or content is None:
+            return Response(status_code=_GONE)
+        return Response(renamed_body(content, rename), media_type="application/json")
+    return _UpstreamStream(answer, rename)
 
-    async def relay() -> AsyncIterator[bytes]:
-        try:  # closed however the stream ends, a client that went away included
-            async for part in answer.aiter_raw():
-                yield part
+
+class _UpstreamStream(StreamingResponse):
+    """The backend's SSE, relayed; its connection to the backend closed however the relay
+    ends (the client gone included: Starlette cancels the sending, even before the first
+    chunk, so the close is shielded from that cancellation)."""
+
+    def __init__(self, answer: httpx.Response, rename: str | None) -> None:
+        parts = answer.aiter_raw()
+        super().__init__(
+            renamed_events(parts, rename) if rename else parts,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        self.answer = answer
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
         finally:
-            await answer.aclose()
-
-    return StreamingResponse(
-        relay(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+            with anyio.CancelScope(shield=True):
+                await self.answer.aclose()
 
 
 # One connection pool per event loop (uvicorn runs one): a client per request would build an

@@ -4,8 +4,9 @@ backend is asked for, and the backend's answers (errors become problems).
 
 Backends: `grpo` (`grpo-service serve`) resolves the same id from the database itself;
 `openai` (vLLM, SGLang) serves catalog models under their catalog names, and adapter
-checkpoints once they are unpacked under `GRPO_INFERENCE_LORA_DIR` and loaded through its
-`/v1/load_lora_adapter`.
+checkpoints once they are unpacked under `GRPO_INFERENCE_LORA_DIR` (a folder the backend reads
+too, at `GRPO_INFERENCE_LORA_BACKEND_DIR` when it mounts it elsewhere) and loaded through its
+`/v1/load_lora_adapter` under their checkpoint id.
 """
 
 from __future__ import annotations
@@ -97,14 +98,24 @@ def _message(body: bytes) -> str:
     err = data.get("error") if isinstance(data, dict) else None
     if isinstance(err, dict) and err.get("message"):
         return str(err["message"])
-    if isinstance(data, dict) and data.get("detail"):
-        return str(data["detail"])
+    for key in ("message", "detail"):  # vLLM's older `{object: "error", message}`; FastAPI's
+        if isinstance(data, dict) and data.get(key):
+            return str(data[key])
     return str(data)[:500]
 
 
 # Adapters this API process has had the openai backend load (it keeps them until restarted;
-# a second load of the same name is answered 400 "already loaded", also fine).
+# a second load of the same name is answered 400 "already loaded", also fine). A backend that
+# restarted answers 404 for one: `forget_adapter`, and it is loaded again.
 _loaded_adapters: set[str] = set()
+
+
+def forget_adapter(target: Target) -> bool:
+    """Whether `target` is an adapter this process had loaded (now to be loaded again)."""
+    if target.adapter is None or target.adapter.id not in _loaded_adapters:
+        return False
+    _loaded_adapters.discard(target.adapter.id)
+    return True
 
 
 def prepare_openai_adapter(
@@ -124,6 +135,8 @@ def prepare_openai_adapter(
     if settings.inference_lora_dir is None:
         raise ProblemError(400, "Bad Request", "this service's inference backend takes no adapters")
     path = _unpack(ckpt, settings.inference_lora_dir, storage)
+    if settings.inference_lora_backend_dir:  # the same folder, where the backend mounts it
+        path = Path(settings.inference_lora_backend_dir) / path.name
     r = client.post(
         f"{backend_url(settings)}/v1/load_lora_adapter",
         json={"lora_name": ckpt.id, "lora_path": str(path)},

@@ -17,6 +17,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from service.inference.disconnect import client_gone
 from service.inference.schemas import ChatCompletionRequest, CompletionRequest
 from service.problems import json_path
 from service.serve import shapes
@@ -24,8 +25,8 @@ from service.serve.resolve import Resolver, UnknownModel
 from service.settings import Settings, get_settings
 from service.storage import open_storage_from_settings
 from workers.inference.engine import Engine
+from workers.inference.params import Cancelled, RequestError, Result, Sampling
 from workers.inference.params import Request as Generation
-from workers.inference.params import RequestError, Result, Sampling
 from workers.inference.pool import ModelLoadError, ModelPool
 
 
@@ -42,29 +43,39 @@ def _failure(exc: BaseException) -> ServeError:
         return ServeError(400, str(exc), "invalid_request_error", "context_length_exceeded")
     if isinstance(exc, UnknownModel):
         return ServeError(404, str(exc), "invalid_request_error", "model_not_found")
+    if isinstance(exc, Cancelled):  # only a client that went away is told (and never reads it)
+        return ServeError(499, str(exc), "invalid_request_error", "cancelled")
     if isinstance(exc, ModelLoadError):
         return ServeError(500, str(exc), "server_error", "model_load_failed")
     return ServeError(500, f"generation failed: {exc}", "server_error")
 
 
 class _Run:
-    """The engine's callbacks for one HTTP request's generations, as events on this loop."""
+    """The engine's callbacks for one HTTP request's generations, as events on this loop;
+    `cancel()` drops them from the engine (their client went away)."""
 
     def __init__(self, count: int) -> None:
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
         self.pending = count
+        self.generations: list[Generation] = []
+
+    def cancel(self) -> None:
+        for generation in self.generations:
+            generation.cancel()
 
     def _put(self, event: tuple[Any, ...]) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
 
     def request(self, i: int, ref: Any, prompt: Any, sampling: Sampling, n: int) -> Generation:
-        return Generation(
+        generation = Generation(
             ref, prompt, sampling, n,
             on_delta=lambda c, text, lps: self._put(("delta", i, c, text, lps)),
             on_done=lambda result: self._put(("done", i, result)),
             on_error=lambda exc: self._put(("error", i, exc)),
         )  # fmt: skip
+        self.generations.append(generation)
+        return generation
 
     async def events(self) -> AsyncIterator[tuple[Any, ...]]:
         while self.pending:
@@ -72,6 +83,27 @@ class _Run:
             if event[0] in ("done", "error"):
                 self.pending -= 1
             yield event
+
+    async def cancel_when_gone(self, request: Request) -> None:
+        """Cancel the generations once the HTTP client has gone (before a response starts)."""
+        await client_gone(request)
+        self.cancel()
+
+
+class _CancellingStream(StreamingResponse):
+    """A stream whose generations are cancelled however it ends: its client gone (Starlette
+    cancels the sending), a failed send, or the last chunk sent (nothing left to cancel)."""
+
+    def __init__(self, content: AsyncIterator[bytes], run: _Run) -> None:
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache"})  # fmt: skip
+        self.run = run
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.run.cancel()
 
 
 def _sse(obj: Any) -> bytes:
@@ -122,17 +154,19 @@ def create_serve_app(settings: Settings | None = None) -> FastAPI:
         return {"status": "ok", "pool": engine.pool.describe(), "engine": vars(engine.stats)}
 
     @app.post("/v1/chat/completions", response_model=None, dependencies=auth)
-    async def chat(body: ChatCompletionRequest) -> Any:
+    async def chat(body: ChatCompletionRequest, request: Request) -> Any:
         prompt = [{"role": m.role, "content": m.text()} for m in body.messages]
         sampling = _sampling(body, body.token_cap(), body.logprob_k())
-        return await _generate("chat", body, [prompt], sampling)
+        return await _generate(request, "chat", body, [prompt], sampling)
 
     @app.post("/v1/completions", response_model=None, dependencies=auth)
-    async def completions(body: CompletionRequest) -> Any:
+    async def completions(body: CompletionRequest, request: Request) -> Any:
         sampling = _sampling(body, body.max_tokens, body.logprobs)
-        return await _generate("text", body, list(body.prompts()), sampling)
+        return await _generate(request, "text", body, list(body.prompts()), sampling)
 
-    async def _generate(kind: str, body: Any, prompts: list[Any], sampling: Sampling) -> Any:
+    async def _generate(
+        request: Request, kind: str, body: Any, prompts: list[Any], sampling: Sampling
+    ) -> Any:
         try:
             ref = await run_in_threadpool(state["resolver"].resolve, body.model)
         except Exception as exc:  # noqa: BLE001 - unknown model, storage down
@@ -141,15 +175,23 @@ def create_serve_app(settings: Settings | None = None) -> FastAPI:
         for i, prompt in enumerate(prompts):
             state["engine"].submit(run.request(i, ref, prompt, sampling, body.n))
         events = run.events()
-        if not body.stream:
-            return JSONResponse(await _whole(kind, body, sampling, events, len(prompts)))
-        first = await anext(events)
-        if first[0] == "error":
-            raise _failure(first[2])
+        # Until the response starts, a client that goes away is noticed here; once a stream
+        # runs, Starlette notices and _CancellingStream cancels.
+        watcher = asyncio.create_task(run.cancel_when_gone(request))
+        try:
+            if not body.stream:
+                return JSONResponse(await _whole(kind, body, sampling, events, len(prompts)))
+            first = await anext(events)
+            if first[0] == "error":
+                raise _failure(first[2])
+        except BaseException:  # a failure (or the task cancelled): the other prompts stop too
+            run.cancel()
+            raise
+        finally:
+            watcher.cancel()
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = _stream(kind, body, sampling, first, events, include_usage)
-        return StreamingResponse(stream, media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})  # fmt: skip
+        return _CancellingStream(stream, run)
 
     return app
 

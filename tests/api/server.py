@@ -34,9 +34,13 @@ METRICS_TOKEN = "metrics-token-for-tests"
 LIMITS["GRPO_METRICS_TOKEN"] = METRICS_TOKEN
 # A queue whose devices hold 64 MiB: any job's memory plan exceeds that.
 SMALL_DEVICE_QUEUE = "small-device"
+# A queue whose devices hold 320 MiB: a job of 4 x 8 rows, 64 new tokens on the tiny model is
+# planned at ~0.40 GiB on one device, ~0.25 GiB per device on two (tests/api/test_models.py).
+SHARDED_QUEUE = "sharded"
 LIMITS["GRPO_QUEUES"] = json.dumps(
-    {"gpu": {}, IDLE_QUEUE: {}, SMALL_DEVICE_QUEUE: {"device_memory_gib": 1 / 16}}
-)
+    {"gpu": {}, IDLE_QUEUE: {}, SMALL_DEVICE_QUEUE: {"device_memory_gib": 1 / 16},
+     SHARDED_QUEUE: {"device_memory_gib": 5 / 16}}
+)  # fmt: skip
 
 
 @contextmanager

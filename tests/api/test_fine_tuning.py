@@ -6,6 +6,7 @@ events, checkpoints, the fine-tuned model's name, and the 400s and 404s."""
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from service.db import make_engine
 from service.ids import new_id
-from service.models import Checkpoint, Job, JobMetric
+from service.models import Checkpoint, Job, JobMetric, JobUsage
 from service.models.base import utcnow
 from tests.api.server import settings_of
 from tests.api.test_files import rft_lines, upload
@@ -248,3 +249,53 @@ def test_another_tenants_job_and_file_are_missing(
             create(stranger, chat_model, "file-0000000000000000000000")
         assert theirs_file.value.param == absent_file.value.param == "training_file"
     assert sdk.fine_tuning.jobs.cancel(mine).status == "cancelled"
+
+
+def seed_running(api: RunningService, ft_job_id: str, step_seconds: list[float],
+                 trained: dict[str, int]) -> None:  # fmt: skip
+    """As a worker records steps: their metrics (with `step_seconds`) and usage rows (tokens
+    trained, by device kind), the job running at the last of them."""
+    job_id = "job_" + ft_job_id.removeprefix("ftjob-")
+    engine = make_engine(settings_of(api).effective_database_url)
+    with Session(engine) as s, s.begin():
+        tenant = s.get(Job, job_id).tenant_id  # type: ignore[union-attr]
+        for step, seconds in enumerate(step_seconds, 1):
+            s.add(JobMetric(job_id=job_id, step=step, epoch=1,
+                            metrics={"step_seconds": seconds, "loss": 0.5}))  # fmt: skip
+        for kind, tokens in trained.items():
+            s.add(JobUsage(job_id=job_id, day=utcnow().date(), device_kind=kind, tenant_id=tenant,
+                           steps=len(step_seconds), device_seconds=1.0, completion_tokens=10,
+                           trained_tokens=tokens, verifier_cpu_seconds=0.0))  # fmt: skip
+        s.execute(
+            update(Job)
+            .where(Job.id == job_id)
+            .values(status="running", epoch=1, step=len(step_seconds), started_at=utcnow())
+        )
+    engine.dispose()
+
+
+def test_trained_tokens_and_estimated_finish_come_from_our_records(
+    api: RunningService, chat_model: str
+) -> None:
+    with sdk_for(api) as sdk:
+        training_file = upload(sdk, rft_lines(5)).id
+        job = create(sdk, chat_model, training_file, method=reinforcement(batch_size=1, n_epochs=3))
+        queued = sdk.fine_tuning.jobs.retrieve(job.id)
+        assert (queued.trained_tokens, queued.estimated_finish) == (None, None)
+        total = queued.model_extra["total_steps"]
+        assert total == 15  # 3 epochs over 5 records, 1 a step
+        # 12 steps done: the last 10 took 4 s on average (the first two, slow, no longer count)
+        seed_running(api, job.id, [100.0, 100.0] + [3.0, 5.0] * 5, {"cpu": 1000, "cuda:x": 234})
+        before = time.time()
+        running = sdk.fine_tuning.jobs.retrieve(job.id)
+        after = time.time()
+        assert running.status == "running" and running.trained_tokens == 1234
+        assert running.estimated_finish is not None
+        assert before + 3 * 4 - 1 <= running.estimated_finish <= after + 3 * 4 + 1
+        (listed,) = [j for j in sdk.fine_tuning.jobs.list() if j.id == job.id]
+        assert listed.trained_tokens == 1234 and listed.estimated_finish is not None
+
+        seed_success(api, job.id)
+        done = sdk.fine_tuning.jobs.retrieve(job.id)
+        assert done.status == "succeeded" and done.trained_tokens == 1234
+        assert done.estimated_finish is None  # not running

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,11 +35,82 @@ def sdk(svc: RunningService) -> openai.OpenAI:
 
 def serve_health(svc: RunningService) -> dict:
     """serve's own counters, read with the shared token (`up` logs where serve listens)."""
-    log = (svc.log_dir / "up.log").read_text()
-    (url,) = re.findall(r"inference backend \(serve\) on (http://\S+)", log)
-    r = httpx.get(f"{url}/health", headers={"Authorization": f"Bearer {TOKEN}"})
+    r = httpx.get(f"{serve_url(svc)}/health", headers={"Authorization": f"Bearer {TOKEN}"})
     assert r.status_code == 200, r.text
     return r.json()
+
+
+# The tiny model with 8192 positions, and a cap that takes it long to reach (40 s and more on
+# a CPU): a request cancelled after its first chunk stops long before it.
+LONG_MODEL, LONG = "tiny-long", 8000
+
+
+@pytest.fixture(scope="module")
+def long_model(svc: RunningService, tmp_path_factory: pytest.TempPathFactory) -> str:
+    from workers.grpo.tiny_model import make_tiny_model
+
+    path = make_tiny_model(tmp_path_factory.mktemp("long"), max_position_embeddings=8192)
+    svc.add_model(LONG_MODEL, path)
+    return LONG_MODEL
+
+
+def serve_url(svc: RunningService) -> str:
+    (url,) = re.findall(
+        r"inference backend \(serve\) on (http://\S+)", (svc.log_dir / "up.log").read_text()
+    )
+    return url
+
+
+def wait_cancelled(svc: RunningService, before: dict) -> dict:
+    """serve's engine counters once it has cancelled one more request."""
+    deadline, engine = time.monotonic() + 120, before
+    while time.monotonic() < deadline:
+        engine = serve_health(svc)["engine"]
+        if engine["cancelled"] > before["cancelled"]:
+            return engine
+        time.sleep(0.2)
+    raise AssertionError(f"no request was cancelled: {engine}\n{svc.logs()}")
+
+
+@pytest.mark.parametrize(
+    ("through", "path"), [("api", "/v1/completions"), ("serve", "/v1/chat/completions")]
+)
+def test_a_stream_whose_client_goes_away_stops_decoding(
+    svc: RunningService, sdk: openai.OpenAI, long_model: str, through: str, path: str
+) -> None:
+    """Through the API (it closes its stream from serve) and straight to serve: decoding stops
+    at once, as serve's own counters show (tokens decoded, requests cancelled)."""
+    url, key = (svc.base_url, sdk.api_key) if through == "api" else (serve_url(svc), TOKEN)
+    body = {"model": long_model, "max_tokens": LONG, "temperature": 0, "stream": True}
+    body |= (
+        {"prompt": "x"}
+        if path == "/v1/completions"
+        else {"messages": [{"role": "user", "content": "x"}]}
+    )
+    before = serve_health(svc)["engine"]
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.stream("POST", url + path, json=body, headers=headers, timeout=60) as r:
+        assert r.status_code == 200, (r.read(), svc.logs())
+        first = next(line for line in r.iter_lines() if line)
+        assert first.startswith("data: {")  # then the client goes away
+    after = wait_cancelled(svc, before)
+    assert after["cancelled"] == before["cancelled"] + 1
+    assert after["tokens"] - before["tokens"] < LONG // 4  # stopped well before its cap
+
+
+def test_a_request_whose_client_gives_up_stops_decoding(
+    svc: RunningService, sdk: openai.OpenAI, long_model: str
+) -> None:
+    """Not streamed: the client's read timeout closes its connection to the API, which closes
+    its own to serve; serve notices and cancels."""
+    before = serve_health(svc)["engine"]
+    body = {"model": long_model, "prompt": "x", "max_tokens": LONG, "temperature": 0}
+    headers = {"Authorization": f"Bearer {sdk.api_key}"}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{svc.base_url}/v1/completions", json=body, headers=headers,
+                   timeout=httpx.Timeout(60, read=3))  # fmt: skip
+    after = wait_cancelled(svc, before)
+    assert after["tokens"] - before["tokens"] < LONG // 4
 
 
 def test_chat_and_text_completions(sdk: openai.OpenAI) -> None:
@@ -199,7 +271,19 @@ def test_a_reinforcement_fine_tuning_job_trains_and_its_model_answers(
     )
     (choice,) = chat.choices
     assert isinstance(choice.message.content, str) and chat.usage.completion_tokens >= 1
-    assert chat.model == ckpt.fine_tuned_model_checkpoint  # the checkpoint the name stands for
+    assert chat.model == done.fine_tuned_model  # the name asked for, as OpenAI echoes it
+    chunks = list(
+        sdk.completions.create(model=done.fine_tuned_model, prompt="7", max_tokens=3, stream=True)
+    )
+    assert chunks and {c.model for c in chunks} == {done.fine_tuned_model}
+    assert (
+        sdk.completions.create(
+            model=ckpt.fine_tuned_model_checkpoint, prompt="7", max_tokens=2
+        ).model
+        == ckpt.fine_tuned_model_checkpoint
+    )
+    assert done.trained_tokens is not None and done.trained_tokens > 0  # recorded by the worker
+    assert done.estimated_finish is None  # not running
 
 
 def test_a_judge_verifier_trains_and_is_cached_per_job(

@@ -7,7 +7,9 @@ the top_p nucleus, one draw from the request's generator (so a seeded request gi
 tokens whatever else shares its batch, up to float rounding of the padded batch). Reported
 log-probs are the model's own, log softmax(logits), before temperature and top_p. A row ends
 at EOS ("stop"), at a stop string (the text is cut before it: "stop") or at its max_tokens
-("length"); the loop ends when every row has.
+("length"), or when its request is cancelled (its client went away). Rows that have ended
+leave the batch (their KV-cache rows too), so the others decode on; the loop ends when every
+row has.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from torch import Tensor
 from workers.grpo.sampling import cache_keyword
 from workers.grpo.text import pad_id, render_prompt
 from workers.inference.params import Choice, Request, RequestError, Result, TokenLogprob
+
+CANCELLED = "cancelled"  # a row's finish_reason once its request is cancelled (never sent)
 
 
 @dataclass
@@ -151,26 +155,38 @@ def decode(
     positions = (mask.cumsum(1) - 1).clamp(min=0)  # (N, P) left padding: real tokens from 0
     kw, cache = cache_keyword(model), None
     want = [requests[r.request].sampling.logprobs for r in rows]
+    live = list(range(len(rows)))  # the rows still decoded (indices into `rows`), in order
     while True:
         res = model(input_ids=ids, attention_mask=mask, position_ids=positions,
                     use_cache=True, logits_to_keep=1, **{kw: cache})  # fmt: skip
         cache = res[kw]
-        logits = res.logits[:, -1].float().cpu()  # (N, V)
-        tokens = _draw(logits, rows, requests)  # (N,)
-        logp = logits.log_softmax(-1) if any(k is not None for k in want) else None  # (N, V)
-        for i, row in enumerate(rows):
+        logits = res.logits[:, -1].float().cpu()  # (A, V) the live rows
+        tokens = _draw(logits, [rows[i] for i in live], requests)  # (A,)
+        with_lp = any(want[i] is not None for i in live)
+        logp = logits.log_softmax(-1) if with_lp else None  # (A, V)
+        for j, i in enumerate(live):
+            row, req = rows[i], requests[rows[i].request]
+            if row.choice.finish_reason is None and req.cancelled:
+                row.choice.finish_reason = CANCELLED
             if row.choice.finish_reason is not None:
-                tokens[i] = pad  # ended rows feed pads until the batch ends
+                tokens[j] = pad  # ended rows feed pads while the cache cannot drop them
                 continue
-            token = int(tokens[i])
+            token = int(tokens[j])
             if logp is not None and want[i] is not None:
-                row.pending.append(_logprobs(logp[i], token, want[i] or 0, tokenizer))
-            _advance(row, token, requests[row.request], eos, tokenizer)
-        if all(row.choice.finish_reason is not None for row in rows):
+                row.pending.append(_logprobs(logp[j], token, want[i] or 0, tokenizer))
+            _advance(row, token, req, eos, tokenizer)
+        going = [j for j, i in enumerate(live) if rows[i].choice.finish_reason is None]
+        if not going:
             break
-        ids = tokens.unsqueeze(1).to(device)  # (N, 1) the next forward feeds the new tokens
-        positions = positions[:, -1:] + 1  # (N, 1)
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)  # (N, S + 1)
+        if len(going) < len(live) and hasattr(cache, "reorder_cache"):
+            # the rows that ended (or were cancelled) leave the batch, their cache rows too
+            keep = torch.tensor(going, device=device)  # (A',)
+            cache.reorder_cache(keep)
+            mask, positions, tokens = mask[keep], positions[keep], tokens[going]
+            live = [live[j] for j in going]
+        ids = tokens.unsqueeze(1).to(device)  # (A, 1) the next forward feeds the new tokens
+        positions = positions[:, -1:] + 1  # (A, 1)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)  # (A, S + 1)
     results = [Result(len(p), []) for p in prompts]
     for row in rows:
         results[row.request].choices.append(row.choice)

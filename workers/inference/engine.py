@@ -1,7 +1,8 @@
 """Requests in from any thread, batches out on one: the engine thread waits for a request,
 collects whatever else arrives within `window_s` (up to `max_rows` choices), then decodes the
 requests of each model together (one forward per token for the whole group). Requests that
-arrive meanwhile wait for the next batch: a static batch, not continuous batching.
+arrive meanwhile wait for the next batch: a static batch, not continuous batching. A request
+cancelled (`Request.cancel`, its client gone) leaves the batch at its next token.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from workers.inference.decode import decode, prompt_ids
-from workers.inference.params import ModelRef, Request
+from workers.inference.decode import CANCELLED, decode, prompt_ids
+from workers.inference.params import Cancelled, ModelRef, Request
 from workers.inference.pool import ModelPool
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,8 @@ class EngineStats:
     requests: int = 0
     rows: int = 0
     max_batch_rows: int = 0
+    tokens: int = 0  # completion tokens decoded, cancelled requests' included
+    cancelled: int = 0  # requests cancelled (their client went away) before their end
 
 
 class Engine:
@@ -68,7 +71,10 @@ class Engine:
             batch, stop = self._collect(first)
             by_model: dict[ModelRef, list[Request]] = defaultdict(list)
             for req in batch:
-                by_model[req.model].append(req)
+                if req.cancelled:  # gone while it waited: never decoded
+                    self._cancelled(req)
+                else:
+                    by_model[req.model].append(req)
             for ref, requests in by_model.items():
                 self._serve(ref, requests)
 
@@ -103,8 +109,16 @@ class Engine:
         self.stats.requests += len(requests)
         self.stats.rows += rows
         self.stats.max_batch_rows = max(self.stats.max_batch_rows, rows)
+        self.stats.tokens += sum(r.completion_tokens for r in results)
         for req, result in zip(requests, results, strict=True):
-            req.on_done(result)
+            if any(c.finish_reason == CANCELLED for c in result.choices):
+                self._cancelled(req)
+            else:
+                req.on_done(result)
+
+    def _cancelled(self, req: Request) -> None:
+        self.stats.cancelled += 1
+        req.on_error(Cancelled("the request was cancelled"))
 
 
 def _chunks(

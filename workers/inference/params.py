@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -68,10 +69,15 @@ class RequestError(ValueError):
     """The request cannot be served as asked (prompt too long for the model...): a 400."""
 
 
+class Cancelled(RuntimeError):
+    """The request was cancelled (its client went away) before it was decoded to its end."""
+
+
 @dataclass
 class Request:
     """One request of `n` choices. The engine thread calls `on_delta` as text is produced
-    (streaming), then exactly one of `on_done` and `on_error`."""
+    (streaming), then exactly one of `on_done` and `on_error`. `cancel()` (from any thread)
+    drops its rows from the decode at the next token; it then ends with `Cancelled`."""
 
     model: ModelRef
     prompt: Prompt
@@ -80,3 +86,11 @@ class Request:
     on_delta: Callable[[int, str, list[TokenLogprob]], None] | None = None
     on_done: Callable[[Result], None] = lambda _: None
     on_error: Callable[[BaseException], None] = lambda _: None
+    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
