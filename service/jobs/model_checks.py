@@ -82,8 +82,12 @@ def model_shape(model: CatalogModel) -> ModelShape:
 def check_memory(
     body: JobCreate, model: CatalogModel, prompt_tokens: int, settings: Settings
 ) -> tuple[MemoryEstimate, list[FieldError]]:
-    """The run's estimated peak memory, refused when it exceeds one device of the queue."""
-    estimate = estimate_memory(model_shape(model), body, prompt_tokens, lora_targets(body, model))
+    """The run's estimated peak memory on one of its `resources.devices` devices (sharded
+    across them: `memory.estimate_memory`), refused when it exceeds a device of the queue."""
+    devices = body.resources.devices
+    estimate = estimate_memory(
+        model_shape(model), body, prompt_tokens, lora_targets(body, model), devices
+    )
     queue = settings.queues.get(body.queue)
     limit = queue.device_memory_gib if queue else None
     if limit is None or estimate.total <= limit * GIB:
@@ -91,10 +95,12 @@ def check_memory(
     parts = ", ".join(
         f"{name} {value / GIB:.2f}" for name, value in estimate.as_dict().items() if name != "total"
     )
+    where = "" if devices == 1 else f" per device on {devices} devices"
     message = (
-        f"estimated peak memory {estimate.total / GIB:.2f} GiB ({parts}) exceeds the "
+        f"estimated peak memory {estimate.total / GIB:.2f} GiB{where} ({parts}) exceeds the "
         f"{limit:g} GiB of a device of queue {body.queue!r}: lower prompts_per_step x "
-        "group_size, max_new_tokens or micro_batch_size, or train a LoRA adapter"
+        "group_size, max_new_tokens or micro_batch_size, train a LoRA adapter, or shard the "
+        "run across more devices (resources.devices)"
     )
     return estimate, [FieldError(path="$.queue", message=message)]
 

@@ -18,7 +18,11 @@ The lease, fencing, cancel and pause rules are the one-process ones, for the who
 - a rank that dies (killed, crashed) makes the launcher stop the others: the training process
   records a `rank_failed` event and exits as a crash, so the watchdog ends the attempt and the
   job resumes from its last committed checkpoint. Rank 0 records a failure (`failed`) only for
-  an error of its own, never for a collective whose peer is gone (`launch.peer_lost`).
+  an error of its own, never for a collective whose peer is gone (`launch.peer_lost`);
+- an error of another rank's own (its verifier's budget spent, a non-finite step, a bad
+  record) is classified there as rank 0 classifies its own (`uploads.error_code`), sent through
+  torch elastic's error file (`launch.record_error`), and the training process fails the job
+  with it, fenced, as rank 0 would: no retry. Only a rank that died is a crash.
 """
 
 from __future__ import annotations
@@ -33,11 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 
 from service.db import end_idle_transactions_after, session_scope
 from service.jobs import lifecycle
 from service.jobs.progress import Beacon
 from service.jobs.runner import DONE, LEFT_TO_RECONCILER, _train, attempt_dir, run_claimed
+from service.jobs.uploads import error_code
 from service.jobs.usage import UsageMeter
 from service.models import Job
 from service.process_group import die_with_parent
@@ -119,6 +125,15 @@ def run_group(
     except SignalException:  # SIGTERM: passed on; rank 0 handed the job back, or ran out of time
         return RANK_FAILED if _still_ours(job.id, epoch) else DONE
     except ChildFailedError as exc:
+        from workers.grpo.launch import recorded_error
+
+        if (error := recorded_error(exc)) is not None:  # a rank's own error: the job's
+            try:
+                _record_job_failure(job, epoch, *error)
+            except OperationalError:  # the database away: the lease lapses, the job resumes
+                log.exception("job %s: could not record its failure", job.id)
+                return LEFT_TO_RECONCILER
+            return DONE
         rank, failure = exc.get_first_failure()
         if failure.exitcode == LEFT_TO_RECONCILER:
             return LEFT_TO_RECONCILER
@@ -159,10 +174,30 @@ def rank_main(job_id: str, epoch: int, fifo: str, release_early: bool) -> int:
             if code != DONE:
                 raise SystemExit(code)  # the launcher reports it as this rank's exit status
             return code
-        _follow(job, epoch, settings, device)
+        _follow_classified(job, epoch, settings, device)
         return DONE
     finally:
         leave()
+
+
+def _follow_classified(job: Job, epoch: int, settings: Settings, device: str) -> None:
+    """A rank > 0's share of the attempt; its own error classified as `run_claimed` classifies
+    rank 0's, and handed to the launcher (the training process fails the job with it)."""
+    from workers.grpo.launch import peer_lost, record_error
+
+    try:
+        _follow(job, epoch, settings, device)
+    except OperationalError:  # the database away: no fault of the job (lease, reconciler)
+        log.exception("job %s epoch %s: database unavailable on this rank", job.id, epoch)
+        raise SystemExit(LEFT_TO_RECONCILER) from None
+    except Exception as exc:
+        if peer_lost(exc):
+            raise  # another rank died: the launcher ends the attempt, the job resumes
+        log.exception("job %s epoch %s: this rank failed", job.id, epoch)
+        kind = {"code": error_code(exc), "message": str(exc)[:2000]}
+        if not record_error(exc, kind):
+            raise
+        raise SystemExit(RANK_FAILED) from None  # the error file, as written, says the rest
 
 
 def _follow(job: Job, epoch: int, settings: Settings, device: str) -> None:
@@ -178,6 +213,15 @@ def _still_ours(job_id: str, epoch: int) -> bool:
     with session_scope() as session:
         row = session.execute(select(Job.status, Job.epoch).where(Job.id == job_id)).one_or_none()
     return row is not None and row.epoch == epoch and row.status in _ACTIVE
+
+
+def _record_job_failure(job: Job, epoch: int, rank: int, error: dict[str, Any]) -> None:
+    """The job `failed` with a rank's classified error, fenced (as rank 0 records its own)."""
+    code, message = str(error.get("code", "internal_error")), str(error.get("message", ""))
+    failure = {"code": code, "message": f"rank {rank} of {job.devices}: {message}"[:2000]}
+    log.error("job %s epoch %s failed on rank %s: %s", job.id, epoch, rank, message)
+    with session_scope() as session:  # zero rows: the run lost its claim, or already ended
+        lifecycle.finish(session, job.id, epoch, "failed", failure)
 
 
 def _record_rank_failure(job: Job, epoch: int, rank: int, why: str) -> None:

@@ -6,18 +6,37 @@ the run resumes from its last checkpoint as a one-process run does). Each proces
 default process group (`join`: gloo on CPU, NCCL on CUDA, one device per process) and trains
 (`distributed.py`). `world.check_world` refuses a spec that cannot split before any process
 starts.
+
+A rank's own error (not a collective whose peer is gone) is told to the launcher through
+torch elastic's error file (TORCHELASTIC_ERROR_FILE, the one `@record` writes, in its format)
+with the run's classification of it added (`record_error`); the launcher's caller reads it back
+from the `ChildFailedError` (`recorded_error`), so an error on any rank can end the run as it
+would on rank 0, where a rank that died (a signal, an OOM kill) wrote none.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
+import traceback
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from workers.grpo.world import WorldSizeError, check_world
 
-__all__ = ["WorldSizeError", "check_world", "join", "launch", "leave", "peer_lost"]
+__all__ = [
+    "WorldSizeError",
+    "check_world",
+    "join",
+    "launch",
+    "leave",
+    "peer_lost",
+    "record_error",
+    "recorded_error",
+]
+_KIND = "grpoError"  # our key in the error file's extraInfo (torch's own keys are camelCase)
 
 
 def launch(
@@ -84,3 +103,34 @@ def leave() -> None:
 
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def record_error(exc: BaseException, kind: dict[str, Any]) -> bool:
+    """Write this rank's error, classified (`kind`: JSON, e.g. the job's error code and
+    message), to the launcher's error file; False when this process has none (not launched).
+    The rank then exits non-zero without raising, so `@record` keeps the file as written."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return False
+    info = {
+        "py_callstack": "".join(traceback.format_exception(exc)),
+        "timestamp": str(int(time.time())),
+        _KIND: kind,
+    }
+    data = {"message": {"message": f"{type(exc).__name__}: {exc}", "extraInfo": info}}
+    with open(path, "w") as fh:
+        json.dump(data, fh)
+    return True
+
+
+def recorded_error(failed: BaseException) -> tuple[int, dict[str, Any]] | None:
+    """Of a launch's `ChildFailedError`, the first rank (lowest) that recorded a classified
+    error, and that error; None when every failed rank died or failed unclassified."""
+    failures = getattr(failed, "failures", {})
+    for rank in sorted(failures):
+        message = failures[rank].error_file_data.get("message")
+        if isinstance(message, dict) and isinstance(message.get("extraInfo"), dict):
+            kind = message["extraInfo"].get(_KIND)
+            if isinstance(kind, dict):
+                return rank, kind
+    return None

@@ -13,6 +13,14 @@ Peak = weights (+ the fast path's packed copy for decoding)
        input width + rank)
      + a fixed 80 MiB of runtime workspace (allocator, kernels' scratch).
 
+On N > 1 devices (`resources.devices`, FSDP2: `distributed.py`) the plan is one device's, the
+largest rank's: parameters, gradients and AdamW's moments are sharded (1/N each); each rank
+decodes and trains only its P/N prompts, so the KV cache is 1/N and the activations are those
+of min(micro_batch_size, P x G / N) rows; but every rank gathers the whole weights for
+decoding (the shard stays allocated: (1 + 1/N) x the weights, where one device holds the model
+and the fast path's packed copy: 2 x), and the reference copy (full training, beta > 0) is not
+sharded.
+
 The activation coefficients and the workspace were fitted on this engine's CPU runs of
 Llama-shaped models (hidden 128-512, 2-8 layers, full and LoRA, against `peak_memory_bytes`):
 they are the part to revisit when measured peaks say so.
@@ -77,19 +85,26 @@ def select_lora_targets(
 
 
 def estimate_memory(
-    shape: ModelShape, spec: TrainSpec, prompt_tokens: int, lora_targets: list[str]
+    shape: ModelShape,
+    spec: TrainSpec,
+    prompt_tokens: int,
+    lora_targets: list[str],
+    devices: int = 1,
 ) -> MemoryEstimate:
-    """Peak bytes of a run of `spec` whose longest prompt is `prompt_tokens` tokens;
-    `lora_targets` are the modules the adapter wraps (select_lora_targets), unused without
-    LoRA."""
-    g, weight_bytes = spec.grpo, FP32
+    """Peak bytes on one device of a run of `spec` on `devices` devices whose longest prompt
+    is `prompt_tokens` tokens; `lora_targets` are the modules the adapter wraps
+    (select_lora_targets), unused without LoRA."""
+    g, weight_bytes, n = spec.grpo, FP32, devices
     # Under bf16 the reference copy, the KV cache and the activations are bf16 (autocast);
     # `precision: null` is planned as fp32, the larger of the two devices' defaults.
     half = BF16 if spec.precision == "bf16" else FP32
-    rows = g.prompts_per_step * g.group_size
-    batch = g.micro_batch_size or rows
+    rows = g.prompts_per_step * g.group_size // n  # this rank's (whole groups: check_world)
+    batch = min(g.micro_batch_size or rows, rows)
     seq = prompt_tokens + spec.generation.max_new_tokens
-    weights = 2 * shape.num_parameters * weight_bytes  # the model, and the decode's packed copy
+    model_bytes = shape.num_parameters * weight_bytes
+    # one device: the model and the decode's packed copy; N: its shard and, while decoding,
+    # the whole weights gathered (no packed copy: the model's own forward, `run.open_run`)
+    weights = 2 * model_bytes if n == 1 else model_bytes + _per_device(model_bytes, n)
     per_token = (
         shape.num_layers
         * (ACT_PER_HIDDEN * shape.hidden_size + ACT_PER_INTERMEDIATE * shape.intermediate_size)
@@ -99,16 +114,22 @@ def estimate_memory(
         trained = shape.num_parameters
         reference = shape.num_parameters * half if g.beta > 0 else 0
     else:
-        wrapped = [shape.modules[n] for n in lora_targets]
+        wrapped = [shape.modules[name] for name in lora_targets]
         trained = sum(spec.lora.r * (m["in"] + m["out"]) for m in wrapped)
         reference = 0
         per_token += ACT_PER_LORA * sum(m["in"] + spec.lora.r for m in wrapped)
     parts = {
         "weights": weights,
         "workspace": WORKSPACE,
-        "optimizer": trained * 3 * FP32,  # gradient + AdamW exp_avg + exp_avg_sq
+        # gradient + AdamW exp_avg + exp_avg_sq, of this rank's shard
+        "optimizer": _per_device(trained * 3 * FP32, n),
         "reference": reference,
         "kv_cache": rows * seq * shape.num_layers * 2 * shape.kv_dim * half,
         "activations": int(batch * seq * per_token * half),
     }
     return MemoryEstimate(**parts, total=sum(parts.values()))
+
+
+def _per_device(total: int, devices: int) -> int:
+    """One rank's shard of `total` bytes (FSDP2 pads the last one: the larger share)."""
+    return -(-total // devices)

@@ -5,6 +5,7 @@ without LoRA. Each run is a fresh process, as a worker's job is, so the peak is 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +107,40 @@ def test_the_plan_follows_the_spec(tiny_model_dir: Path) -> None:
     quarter = _spec(tiny_model_dir, {"grpo": {"micro_batch_size": 16}})
     assert abs(estimate_memory(shape, quarter, 20, []).activations - fp32.activations / 4) <= 1
     assert fp32.optimizer == 3 * 4 * facts.num_parameters  # gradient + two AdamW moments
+
+
+def test_the_plan_on_n_devices_is_one_ranks_share(tiny_model_dir: Path) -> None:
+    """FSDP2 over N devices: the optimizer state 1/N, the KV cache and activations of P/N
+    prompts; the whole weights gathered for decoding beside the shard; the reference whole."""
+    facts = inspect_model(tiny_model_dir, "local")
+    shape = ModelShape(
+        facts.num_parameters, facts.hidden_size, facts.intermediate_size, facts.num_layers,
+        facts.kv_dim, facts.vocab_size, facts.lora_targets,
+    )  # fmt: skip
+    spec = _spec(tiny_model_dir, {})  # 4 prompts x 16, full training, beta > 0
+    one = estimate_memory(shape, spec, PROMPT_TOKENS, [])
+    model = 4 * facts.num_parameters
+    assert one.weights == 2 * model  # the model and the decode's packed copy
+    for n in (2, 4):
+        part = estimate_memory(shape, spec, PROMPT_TOKENS, [], devices=n)
+        assert part.weights == model + -(-model // n)  # gathered whole, and the shard
+        assert part.optimizer == -(-one.optimizer // n)
+        assert part.kv_cache == one.kv_cache // n
+        assert abs(part.activations - one.activations / n) <= 1
+        assert (part.reference, part.workspace) == (one.reference, one.workspace) != (0, 0)
+        assert part.total == sum(v for k, v in part.as_dict().items() if k != "total")
+        assert part.total < one.total
+    # A micro-batch smaller than a rank's rows keeps the same activations on any count...
+    small = _spec(tiny_model_dir, {"grpo": {"micro_batch_size": 8}})
+    per_mb = estimate_memory(shape, small, PROMPT_TOKENS, []).activations
+    assert estimate_memory(shape, small, PROMPT_TOKENS, [], devices=4).activations == per_mb
+    # ...and a larger one is bounded by the rank's 16 rows: half of the 32-row micro-batch's.
+    large = _spec(tiny_model_dir, {"grpo": {"micro_batch_size": 32}})
+    per_rank = estimate_memory(shape, large, PROMPT_TOKENS, [], devices=4).activations
+    assert abs(per_rank - estimate_memory(shape, large, PROMPT_TOKENS, []).activations / 2) <= 1
+    lora = _spec(tiny_model_dir, {"lora": {"r": 16}})
+    fullmatch = lambda p, n: re.fullmatch(p, n) is not None  # noqa: E731
+    targets = select_lora_targets(shape.modules, "all-linear", fullmatch)
+    lora_one = estimate_memory(shape, lora, PROMPT_TOKENS, targets)
+    lora_two = estimate_memory(shape, lora, PROMPT_TOKENS, targets, devices=2)
+    assert lora_two.optimizer == -(-lora_one.optimizer // 2) and lora_two.reference == 0
