@@ -98,8 +98,14 @@ def _link(session: Session, parent: Job, job: Job, point: Checkpoint) -> None:
 
 def _request_of(spec: dict[str, Any]) -> dict[str, Any]:
     """The stored spec as a POST /v1/jobs body again: the fields a request has (none of what
-    the service resolved), the verifiers pinned to the versions the parent used."""
+    the service resolved), the verifiers pinned to the versions the parent used. The
+    environment keeps its pinned version (`environment.version`), so the fork's submission pins
+    the same one, and stores the same `environment_sha256`. An environment job without
+    verifiers stored `eval_verifiers: []` (the copy of its verifiers): a request says that by
+    leaving it out."""
     body = {k: v for k, v in spec.items() if k in JobCreate.model_fields}
+    if body.get("eval_verifiers") == []:
+        del body["eval_verifiers"]
     for field in ("verifiers", "eval_verifiers"):
         if body.get(field) is not None:
             body[field] = [

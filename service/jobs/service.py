@@ -111,7 +111,12 @@ def validate_submission(
     errors += worker_registry.check_devices(session, body, settings)
     errors += check_trackers(session, tenant_id, body, settings)
     errors += check_sandbox_caps(
-        session, tenant_id, verifiers, eval_verifiers if body.eval_dataset else [], settings
+        session,
+        tenant_id,
+        verifiers,
+        eval_verifiers if body.eval_dataset else [],
+        settings,
+        environment=body.environment is not None,
     )
     estimate = None
     if base is not None:
@@ -160,9 +165,12 @@ def create_job(
         parent_checkpoint=base.parent.id if base.parent else None,
         memory_estimate=estimate.as_dict() if estimate else None,
     )
+    # Read before the per-tenant lock of the exact count: the lock is held for the insert only.
+    unserved = not worker_registry.live_workers(session, job.queue, settings)
     open_jobs.reserve_open_job(session, tenant_id, settings)  # exact: under a per-tenant lock
     lifecycle.create(session, job)
-    worker_registry.warn_if_unserved(session, job, settings)
+    if unserved:
+        worker_registry.add_no_worker_event(session, job)
     after_commit(session, lambda: _wake_workers(job.id, body.queue, job.devices))
     return job
 

@@ -2,10 +2,11 @@
 
 Each python verifier a job uses, and each python part of a composite it uses, is one
 long-lived sandbox for the whole job, holding up to its memory limit; evaluation opens its own
-set beside the training one. Uncapped, one job could hold hundreds (16 composites of 32 python
-parts: 512 sandboxes, and as many again for evaluation), so the count is refused at submission
-with a 422 instead. The host-wide cap, across all jobs and `/test` calls, is enforced where
-sandboxes start (`workers/verifiers/slots.py`).
+set beside the training one. A job's multi-turn environment is one more (training and
+evaluation play their episodes in the same one). Uncapped, one job could hold hundreds (16
+composites of 32 python parts: 512 sandboxes, and as many again for evaluation), so the count
+is refused at submission with a 422 instead. The host-wide cap, across all jobs and `/test`
+calls, is enforced where sandboxes start (`workers/verifiers/slots.py`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from service.verifiers.service import make_resolver
 from workers.verifiers import Resolver, python_leaves
 
 WHAT_COUNTS = "each python verifier, and each python part of a composite, is one"
+ENVIRONMENT_COUNTS = "the environment's is one, and " + WHAT_COUNTS
 
 
 def check_sandbox_caps(
@@ -28,21 +30,25 @@ def check_sandbox_caps(
     pinned_verifiers: list[dict[str, Any]],
     pinned_eval_verifiers: list[dict[str, Any]],
     settings: Settings,
+    environment: bool = False,
 ) -> list[FieldError]:
     """A job's python sandboxes, training and evaluation together, against
     GRPO_MAX_PYTHON_SANDBOXES_PER_JOB. `pinned_eval_verifiers` are the ones evaluation opens:
-    empty without an eval_dataset, a copy of the verifiers when eval_verifiers is unset."""
+    empty without an eval_dataset, a copy of the verifiers when eval_verifiers is unset.
+    `environment`: the job names a multi-turn environment, one sandbox more."""
     cap = settings.max_python_sandboxes_per_job
     resolve = _memoized(make_resolver(session, tenant_id))
-    train = _count(pinned_verifiers, resolve)
+    train = _count(pinned_verifiers, resolve) + int(environment)
     evaluation = _count(pinned_eval_verifiers, resolve)
     if train > cap:
-        message = f"{train} python sandboxes ({WHAT_COUNTS}); at most {cap} per job"
+        what = ENVIRONMENT_COUNTS if environment else WHAT_COUNTS
+        message = f"{train} python sandboxes ({what}); at most {cap} per job"
         return [FieldError(path="$.verifiers", message=message)]
     if train + evaluation > cap:
         message = (
             f"evaluation opens {evaluation} python sandboxes of its own besides the {train} of "
-            f"verifiers (eval_verifiers default to verifiers when there is an eval_dataset; "
+            f"{'verifiers and the environment' if environment else 'verifiers'} "
+            f"(eval_verifiers default to verifiers when there is an eval_dataset; "
             f"{WHAT_COUNTS}): {train + evaluation} in all, at most {cap} per job"
         )
         return [FieldError(path="$.eval_verifiers", message=message)]

@@ -127,3 +127,44 @@ def test_fork_refusals(api: RunningService) -> None:
     assert [e["path"] for e in problem(fork(), 422)["errors"]] == ["$.step"]
     jobs = client.get("/v1/jobs").json()["data"]
     assert [j["id"] for j in jobs] == [parent["id"]]  # no refusal left a job behind
+
+
+AGAIN = """\
+def step(messages, record):
+    reward = float(len(messages) > 2)
+    return {"observation": None if reward else "Again.", "reward": reward, "done": bool(reward)}
+"""
+
+
+def test_a_fork_keeps_the_parents_pinned_environment(any_api: RunningService) -> None:
+    """The parent's environment version and sha256 stay pinned in the fork's stored spec, even
+    when a newer version has been registered since (as verifiers' pins do)."""
+    client = tenant_client(any_api)
+
+    def register(timeout_s: int) -> dict:
+        config = {"source": AGAIN, "timeout_s": timeout_s}
+        r = client.post("/v1/environments", json={"name": "again", "kind": "python",
+                                                  "config": config})  # fmt: skip
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    first = register(5)
+    parent = make_job(
+        client, make_dataset(client), verifiers=[], environment={"name": "again", "max_turns": 3},
+        grpo={"steps": 4, "prompts_per_step": 1, "group_size": 2},
+    )  # fmt: skip
+    assert parent["spec"]["environment_sha256"] == first["sha256"]
+    add_checkpoint(any_api, parent["id"], 1)
+    newer = register(7)
+    assert newer["version"] == 2 and newer["sha256"] != first["sha256"]
+    r = client.post(f"/v1/jobs/{parent['id']}/fork", json={"step": 1, "overrides": {"name": "f"}})
+    assert r.status_code == 201, r.text
+    spec = r.json()["spec"]
+    assert spec["environment"] == {"name": "again", "version": 1, "max_turns": 3}
+    assert spec["environment_sha256"] == first["sha256"]
+    stored = client.get(f"/v1/jobs/{r.json()['id']}").json()["spec"]
+    assert stored["environment"] == spec["environment"]
+    assert stored["environment_sha256"] == first["sha256"]
+    assert {k: v for k, v in spec.items() if k not in ("lineage", "name")} == {
+        k: v for k, v in parent["spec"].items() if k not in ("lineage", "name")
+    }

@@ -77,3 +77,39 @@ def test_a_composite_test_over_the_cap_is_refused(any_api: RunningService) -> No
     r = client.post("/v1/verifiers/two/test", json=samples)
     assert r.status_code == 200, r.text
     assert r.json()["scores"] == [2.0]
+
+
+STEP = (
+    'def step(messages, record):\n    return {"observation": None, "reward": 1.0, "done": True}\n'
+)
+
+
+def test_a_jobs_environment_counts_as_one_sandbox(any_api: RunningService) -> None:
+    """The environment's long-lived sandbox counts like a python verifier's: with it, 8 python
+    verifiers are 9 sandboxes; evaluation plays its episodes in the same one."""
+    client = tenant_client(any_api)
+    _python(client, "py")
+    _composite(client, "seven", ["py"] * 7)
+    r = client.post("/v1/environments", json={"name": "e", "kind": "python",
+                                              "config": {"source": STEP}})  # fmt: skip
+    assert r.status_code == 201, r.text
+    ds = make_dataset(client)
+    env = {"name": "e", "max_turns": 2}
+
+    r = client.post("/v1/jobs", json=job_body(ds, verifiers=_refs("seven"), environment=env))
+    assert r.status_code == 201, r.text  # 7 + the environment's = 8, the cap
+    r = client.post("/v1/jobs", json=job_body(ds, verifiers=_refs("seven", "py"), environment=env))
+    assert problem(r, 422) and error_paths(r) == ["$.verifiers"]
+    detail = r.json()["detail"]
+    assert "9 python sandboxes" in detail and "the environment's is one" in detail
+    # the same verifiers without the environment: 8, accepted
+    r = client.post("/v1/jobs", json=job_body(ds, verifiers=_refs("seven", "py")))
+    assert r.status_code == 201, r.text
+    # evaluation's verifiers open their own set, the environment is counted once: 1 + 7 + 1 = 9
+    body = job_body(ds, verifiers=[], environment=env, eval_dataset=ds,
+                    eval_verifiers=_refs("seven", "py"))  # fmt: skip
+    r = client.post("/v1/jobs", json=body)
+    assert problem(r, 422) and error_paths(r) == ["$.eval_verifiers"]
+    assert "besides the 1 of verifiers and the environment" in r.json()["detail"]
+    body["eval_verifiers"] = _refs("seven")
+    assert client.post("/v1/jobs", json=body).status_code == 201

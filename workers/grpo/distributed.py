@@ -39,9 +39,16 @@ import torch.distributed as dist
 from torch import Tensor
 
 from workers.grpo.config import GRPOParams
-from workers.grpo.sampling import Generation, Sampler
+from workers.grpo.sampling import Generation, RowSeeds, Sampler
 
 _SUMMED = ("loss", "policy_loss")  # parts of the global loss: each process holds its part
+# `k + WEIGHT`: how many items the rollout metric k is the mean of (the episodes with a k-th
+# turn reward, the tool calls): N processes weight their k by it; no step reports it.
+WEIGHT = ":weight"
+
+
+def without_weights(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in metrics.items() if not k.endswith(WEIGHT)}
 
 
 class Solo:
@@ -65,7 +72,7 @@ class Solo:
         return values
 
     def metrics(self, metrics: dict[str, float]) -> dict[str, float]:
-        return metrics
+        return without_weights(metrics)
 
     def pass_stats(self, stats: dict[str, Any], *_: Tensor) -> dict[str, Any]:
         return stats
@@ -84,10 +91,13 @@ class _ShardSampler:
         self.inner, self.first_row = inner, first_row
 
     def generate(self, prompts: list, group_size: int, params: Any, keep_logprobs: bool = False,
-                 first_row: int = 0) -> Generation:  # fmt: skip
+                 first_row: int = 0, seeds: RowSeeds | None = None) -> Generation:  # fmt: skip
+        if seeds is not None:  # rows named by the caller, in this process's run of the batch
+            seeds = seeds.shifted(self.first_row)
         return self.inner.generate(
-            prompts, group_size, params, keep_logprobs, first_row=self.first_row + first_row
-        )
+            prompts, group_size, params, keep_logprobs, first_row=self.first_row + first_row,
+            **({} if seeds is None else {"seeds": seeds}),
+        )  # fmt: skip
 
 
 class Ranks:
@@ -130,15 +140,25 @@ class Ranks:
 
     def metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         """Rollout figures of the whole batch: counts add up, timings take the slowest
-        process, means (over equal shares) average."""
+        process, means (over equal shares) average, means over unequal shares (a `WEIGHT`
+        given) are weighted by them."""
         keys = sorted(metrics)
-        values = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64)
+        weighted = {k for k in keys if k + WEIGHT in metrics}
+        values = torch.tensor(
+            [float(metrics[k]) * (metrics[k + WEIGHT] if k in weighted else 1.0) for k in keys],
+            dtype=torch.float64,
+        )
         summed, slowest = values.clone(), values.clone()
         dist.all_reduce(summed)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        total = dict(zip(keys, summed.tolist(), strict=True))
         out = {}
         for i, k in enumerate(keys):
-            if k.startswith("errors/") or k.endswith("_tokens") or k == "resampled_groups":
+            if k.endswith(WEIGHT):
+                continue
+            if k in weighted:
+                out[k] = total[k] / total[k + WEIGHT] if total[k + WEIGHT] else 0.0
+            elif k.startswith("errors/") or k.endswith("_tokens") or k == "resampled_groups":
                 out[k] = summed[i].item()
             elif k.endswith("_seconds"):
                 out[k] = slowest[i].item()

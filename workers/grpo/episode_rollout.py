@@ -24,8 +24,9 @@ import torch
 
 from workers.environments import EnvironmentSession, Episode, run_episodes
 from workers.grpo.config import GenerationParams
+from workers.grpo.distributed import WEIGHT
 from workers.grpo.episodes import EpisodeTokens, ModelPolicy, episode_tensors
-from workers.grpo.sampling import Generation, Sampler
+from workers.grpo.sampling import Generation, Sampler, draw_base
 from workers.grpo.scoring import Scored, Scorer, score_batch
 from workers.grpo.text import pad_id
 
@@ -50,16 +51,20 @@ class EpisodeRollout:
         max_turns: int,
         context: int | None,
         device: Any = "cpu",
+        generator: torch.Generator | None = None,
     ) -> None:
         self.session, self.tokenizer, self.device = session, tokenizer, device
-        self.max_turns, self.context = max_turns, context
+        self.max_turns, self.context, self.generator = max_turns, context, generator
 
     @classmethod
-    def of(cls, session: EnvironmentSession, policy: Any, max_turns: int) -> EpisodeRollout:
-        """For a run's policy (`policy.Policy`): its tokenizer, device and context length."""
+    def of(
+        cls, session: EnvironmentSession, policy: Any, max_turns: int, generator: torch.Generator
+    ) -> EpisodeRollout:
+        """For a run's policy (`policy.Policy`): its tokenizer, device and context length; the
+        run's generator gives each batch of episodes its seed (`episodes.ModelPolicy`)."""
         model = policy.model
         context = getattr(model.config, "max_position_embeddings", None)
-        return cls(session, policy.tokenizer, max_turns, context, model.device)
+        return cls(session, policy.tokenizer, max_turns, context, model.device, generator)
 
     def play(
         self,
@@ -73,7 +78,8 @@ class EpisodeRollout:
     ) -> tuple[Generation, Scored, Played]:
         """G episodes of each record, group by group; their Generation, rewards and rows."""
         batch = [r for r in records for _ in range(group_size)]
-        policy = ModelPolicy(sampler, self.tokenizer, gen, self.context, keep_logprobs)
+        seed = None if self.generator is None else draw_base(self.generator)
+        policy = ModelPolicy(sampler, self.tokenizer, gen, self.context, keep_logprobs, seed)
         max_chars = None if self.context is None else self.context * CHARS_PER_TOKEN
         episodes = run_episodes(self.session, batch, policy, self.max_turns, max_chars)
         tokens = [policy.episodes.get(i) or EpisodeTokens(prompt=[]) for i in range(len(batch))]
@@ -141,18 +147,21 @@ def episode_metrics(
     """Means over the batch's episodes: turns, tool calls, the share of failed tool calls,
     tokens (prompt and completion), and `reward_turn/<k>` over the episodes with a k-th
     step reward (0 when none has one: every k up to max_turns, so that N processes report
-    the same keys)."""
+    the same keys). The two means over a varying count carry it (`distributed.WEIGHT`), so
+    that N processes weight them as one process does."""
     n = max(1, len(episodes))
     calls = sum(ep.tool_calls for ep in episodes)
     metrics = {
         "turns_mean": sum(ep.turns for ep in episodes) / n,
         "tool_calls_mean": calls / n,
         "tool_error_frac": sum(ep.tool_errors for ep in episodes) / calls if calls else 0.0,
+        "tool_error_frac" + WEIGHT: float(calls),
         "episode_len_mean": sum(t.length for t in tokens) / n,
     }
     for k in range(max_turns):
         rewards = [ep.rewards[k] for ep in episodes if len(ep.rewards) > k]
         metrics[f"reward_turn/{k + 1}"] = sum(rewards) / len(rewards) if rewards else 0.0
+        metrics[f"reward_turn/{k + 1}" + WEIGHT] = float(len(rewards))
     return metrics
 
 

@@ -13,7 +13,12 @@ An episode's sequence is
     + turn 2's sampled ids                                                 model mask 1 ...
 
 Every turn re-encodes the sequence (the sampler's prefill): the `Sampler` seam takes prompts,
-not caches, and one seam serves both backends. An episode whose sequence plus one turn would
+not caches, and one seam serves both backends. With a `seed` (one draw of the run's generator
+per batch of episodes), turn t's noise is named, not drawn (`sampling.RowSeeds`): base
+seed + t * stride, each row the episode's index in the batch. An episode's draws then depend
+on neither which episodes are still going nor how many turns the others take: on N processes
+(each plays its run of the batch, its rows shifted by its offset) the episodes are one
+process's. An episode whose sequence plus one turn would
 not fit the model's context ends there, truncated, with an error (nothing is fed past it).
 """
 
@@ -25,7 +30,7 @@ from typing import Any
 import torch
 
 from workers.grpo.config import GenerationParams
-from workers.grpo.sampling import Sampler
+from workers.grpo.sampling import RowSeeds, Sampler
 from workers.grpo.text import TokenIds
 
 # For a tokenizer without a chat template: `role: content` lines, then `assistant:`.
@@ -33,6 +38,7 @@ PLAIN_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}"
 )
+_TURN_STRIDE = 0xD1B54A32D192ED03  # odd 64-bit constant: each turn's base far from the others
 
 
 @dataclass
@@ -65,9 +71,11 @@ class ModelPolicy:
         params: GenerationParams,
         context: int | None = None,
         keep_logprobs: bool = False,
+        seed: int | None = None,
     ) -> None:
         self.sampler, self.tokenizer, self.params = sampler, tokenizer, params
-        self.context, self.keep_logprobs = context, keep_logprobs
+        self.context, self.keep_logprobs, self.seed = context, keep_logprobs, seed
+        self.turn = 0  # act calls so far: every episode still going takes its turn in each
         self.episodes: dict[int, EpisodeTokens] = {}  # episode index -> tokens
         self._index: dict[int, int] = {}  # id(transcript) -> episode index
         self.template = None if getattr(tokenizer, "chat_template", None) else PLAIN_TEMPLATE
@@ -83,10 +91,18 @@ class ModelPolicy:
             if not ep.truncated:
                 going.append((k, ep))
         turns: list[str | None] = [None] * len(transcripts)
+        self.turn += 1
         if not going:
             return turns
         prompts = [TokenIds(ep.prompt + ep.completion) for _, ep in going]
-        out = self.sampler.generate(prompts, 1, self.params, keep_logprobs=self.keep_logprobs)
+        named = {}
+        if self.seed is not None:
+            base = (self.seed + _TURN_STRIDE * self.turn) % 2**64
+            rows = [self._index[id(transcripts[k])] for k, _ in going]
+            named["seeds"] = RowSeeds(base, rows)
+        out = self.sampler.generate(
+            prompts, 1, self.params, keep_logprobs=self.keep_logprobs, **named
+        )
         lengths = out.lengths or [int(n) for n in out.completion_mask.sum(1).tolist()]
         ids = out.completion_ids.tolist()
         kept = None if out.logprobs is None else out.logprobs.tolist()

@@ -5,6 +5,11 @@ Every `eval_every` steps and at the last step, the current policy completes the 
 completion per prompt (top-k = 1, the job's `max_new_tokens` and stop strings, the sampler's
 random state restored afterwards so evaluation never changes the training trajectory). The
 eval verifiers score them: `eval_reward_mean`, `eval_reward/<name>`, `eval_errors/<name>`.
+A job with an environment is evaluated as it trains: one greedy episode per held-out record,
+played through the same environment session (`episode_rollout.py`), its reward the episode's
+(step rewards plus the eval verifiers on the final transcript), with the episode metrics
+(`eval_turns_mean`, `eval_tool_calls_mean`, `eval_tool_error_frac`, `eval_episode_len_mean`,
+`eval_reward_turn/<k>`, `eval_reward/environment`, `eval_errors/environment`).
 
 Reward hacking: group-normalised advantages amplify any exploitable verifier, so the training
 reward can rise while what it stands for falls. At each eval point the watch records the mean
@@ -20,13 +25,17 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from workers.grpo.config import GenerationParams
+from workers.grpo.distributed import without_weights
 from workers.grpo.sampling import Generation, Sampler
 from workers.grpo.scoring import Scored, Scorer, score_batch
+
+if TYPE_CHECKING:
+    from workers.grpo.episode_rollout import EpisodeRollout, Played
 
 EVAL_MAX_PROMPTS = 64
 HACKING_WINDOW = 3
@@ -41,26 +50,38 @@ def evaluate(
     gen: GenerationParams,
     on_event: Callable[[str, str, dict], None],
     context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-    on_batch: Callable[[list[dict], Generation, Scored], None] | None = None,
+    on_batch: Callable[[list[dict], Generation, Scored, Played | None], None] | None = None,
+    episodes: EpisodeRollout | None = None,
 ) -> dict[str, float]:
-    """Greedy completions of the held-out records, scored: the `eval_*` metrics of a step.
-    `on_batch` gets the records, their completions and scores (the eval rollouts)."""
+    """Greedy completions (with `episodes`: episodes) of the held-out records, scored: the
+    `eval_*` metrics of a step. `on_batch` gets the records, their completions, scores and,
+    for episodes, the transcripts and turn rewards (the eval rollouts)."""
     t0 = time.perf_counter()
     records = records[:EVAL_MAX_PROMPTS]
     greedy = gen.model_copy(update={"top_k": 1})
     state = generator.get_state()
+    played: Played | None = None
     try:
         with context():
-            out = sampler.generate([r["prompt"] for r in records], 1, greedy)
+            if episodes is None:
+                out = sampler.generate([r["prompt"] for r in records], 1, greedy)
+            else:
+                out, scored, played = episodes.play(
+                    records, sampler, scorers, 1, greedy, False, on_event
+                )
     finally:
         generator.set_state(state)
-    scored = score_batch(scorers, records, out.texts, 1, on_event)  # rewards (n,)
+    if played is None:
+        scored = score_batch(scorers, records, out.texts, 1, on_event)  # rewards (n,)
+    scored.metrics.pop("completion_tokens", None)  # episodes: counted below, by the model mask
     if on_batch is not None:
-        on_batch(records, out, scored)
-    metrics = {f"eval_{k}": v for k, v in scored.metrics.items()}
+        on_batch(records, out, scored, played)
+    # every process evaluates every record: nothing to weight across them
+    metrics = {f"eval_{k}": v for k, v in without_weights(scored.metrics).items()}
     metrics["eval_reward_mean"] = scored.rewards.mean().item()
-    metrics["eval_completion_len_mean"] = out.completion_mask.sum(1).float().mean().item()
-    metrics["eval_completion_tokens"] = out.completion_mask.sum().item()
+    sampled = out.sampled_mask  # (n, T) the model's own tokens (episodes: every turn's)
+    metrics["eval_completion_len_mean"] = sampled.sum(1).float().mean().item()
+    metrics["eval_completion_tokens"] = sampled.sum().item()
     metrics["eval_seconds"] = time.perf_counter() - t0
     return metrics
 

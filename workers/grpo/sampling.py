@@ -8,7 +8,10 @@ draw from the run's seeded `torch.Generator` per batch (the same on every rank) 
 place in the whole batch (`first_row` + its index), never on which process samples it: a
 batch split across N processes samples the same completions as one process. A sequence ends
 at EOS or at a stop string (`text.py`); the loop stops when every sequence has ended or after
-`max_new_tokens`. With `keep_logprobs` the loop also keeps
+`max_new_tokens`. Episodes (`episodes.py`) name their rows and the draw themselves (`RowSeeds`):
+one draw per step, each turn's rows the episodes' places in the whole batch, so a batch whose
+episodes end at different turns on different processes samples as one process does.
+With `keep_logprobs` the loop also keeps
 log pi(y_t) of every sampled token under softmax(logits / T), before top-k / top-p: the policy's
 own distribution, as the training pass computes it. That is pi_old when a batch is reused for
 several updates, at no extra forward pass.
@@ -54,11 +57,24 @@ class Generation:
         return self.completion_mask if self.model_mask is None else self.model_mask
 
 
+@dataclass(frozen=True)
+class RowSeeds:
+    """A batch's noise named by its caller: `base` instead of a draw from the run's generator,
+    and each row's index in the whole batch (instead of `first_row` + its position)."""
+
+    base: int
+    rows: list[int]
+
+    def shifted(self, offset: int) -> RowSeeds:
+        return RowSeeds(self.base, [offset + r for r in self.rows])
+
+
 class Sampler(Protocol):
     """G completions per prompt. With `keep_logprobs`, a sampler that can returns
     `Generation.logprobs`; one that cannot leaves it None and pi_old is scored by a forward.
     `first_row` is the index of the batch's first row in the whole step's batch (0 in one
-    process; a rank's offset when the batch is split across processes)."""
+    process; a rank's offset when the batch is split across processes). `seeds` (one row per
+    prompt x group), when given, names the noise instead (`row_noise`)."""
 
     def generate(
         self,
@@ -67,6 +83,7 @@ class Sampler(Protocol):
         params: GenerationParams,
         keep_logprobs: bool = False,
         first_row: int = 0,
+        seeds: RowSeeds | None = None,
     ) -> Generation: ...
 
 
@@ -88,16 +105,30 @@ def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
 _ROW_STRIDE = 0x9E3779B97F4A7C15
 
 
+def draw_base(generator: torch.Generator) -> int:
+    """One draw of the run's generator: the base of a batch's row seeds."""
+    return int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
+
+
 def row_noise(
-    generator: torch.Generator, first_row: int, rows: int, steps: int, device: torch.device
+    generator: torch.Generator,
+    first_row: int,
+    rows: int,
+    steps: int,
+    device: torch.device,
+    seeds: RowSeeds | None = None,
 ) -> Tensor:
     """Uniforms (rows, steps) in (0, 1], one per row and decode step. Row i's come from a
     generator seeded by one draw of `generator` and the row's index in the whole batch,
-    `first_row + i`: the same row gets the same draws in whichever process samples it."""
-    base = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
+    `first_row + i`: the same row gets the same draws in whichever process samples it.
+    With `seeds`, the base and the rows' indices are those (`generator` is not drawn)."""
+    base = draw_base(generator) if seeds is None else seeds.base
+    index = range(first_row, first_row + rows) if seeds is None else seeds.rows
+    if len(index) != rows:
+        raise ValueError(f"{len(index)} row seeds for {rows} rows")
     own, noise = torch.Generator(), torch.empty(rows, steps, dtype=torch.float64)
-    for i in range(rows):
-        own.manual_seed((base + _ROW_STRIDE * (first_row + i)) % 2**64)
+    for i, row in enumerate(index):
+        own.manual_seed((base + _ROW_STRIDE * row) % 2**64)
         torch.rand(steps, generator=own, dtype=torch.float64, out=noise[i])
     return (1.0 - noise).to(device, torch.float32)  # (rows, steps) in (0, 1]
 
@@ -162,12 +193,14 @@ class PlainSampler:
         params: GenerationParams,
         keep_logprobs: bool = False,
         first_row: int = 0,
+        seeds: RowSeeds | None = None,
     ) -> Generation:
         model, device, eos = self.model, self.model.device, self.tokenizer.eos_token_id
         tok = self.tokenizer
         prompt_ids, prompt_mask = encode_groups(tok, prompts, group_size, device)  # (N, P)
         n, kw = prompt_ids.shape[0], cache_keyword(model)
-        noise = row_noise(self.generator, first_row, n, params.max_new_tokens, device)  # (N, T)
+        steps = params.max_new_tokens
+        noise = row_noise(self.generator, first_row, n, steps, device, seeds)  # (N, T)
         mask, ids = prompt_mask, prompt_ids
         positions = (mask.cumsum(1) - 1).clamp(min=0)  # (N, S) left padding: real tokens from 0
         ended = torch.zeros(n, dtype=torch.bool, device=device)  # (N,)

@@ -30,7 +30,7 @@ from workers.environments import EnvironmentSession
 from workers.grpo.advantages import group_advantages, zero_std_group_fraction
 from workers.grpo.checkpoint import NotResumable, check_resumable
 from workers.grpo.config import TrainSpec
-from workers.grpo.episode_rollout import EpisodeRollout
+from workers.grpo.episode_rollout import EpisodeRollout, Played
 from workers.grpo.evaluation import evaluate
 from workers.grpo.loss import loss_denominator
 from workers.grpo.policy import BaseWeights, ModelLoadError
@@ -83,7 +83,8 @@ def train(
         check_resumable(resume_from)  # before any model is loaded: a final one has no state
     run = open_run(spec, records, scorers, hooks, resume_from, device, weights)
     if environment is not None and spec.environment is not None:
-        run.episodes = EpisodeRollout.of(environment, run.policy, spec.environment.max_turns)
+        max_turns = spec.environment.max_turns
+        run.episodes = EpisodeRollout.of(environment, run.policy, max_turns, run.generator)
     run.eval_records, run.eval_scorers = list(eval_records or []), list(eval_scorers or scorers)
     last, saved_step = resume_from, run.step
     checkpoints = Path(work_dir) / "checkpoints"
@@ -218,7 +219,7 @@ def _pad_id(run: Run) -> int:
 def _evaluate(run: Run) -> dict[str, float]:
     """Held-out metrics of this step; emits `reward_hacking_suspected` when the watch fires."""
     run.policy.model.eval()
-    batches: list[tuple[list[dict], Generation, Scored]] = []
+    batches: list[tuple[list[dict], Generation, Scored, Played | None]] = []
     metrics = evaluate(
         run.sampler,
         run.generator,
@@ -228,12 +229,13 @@ def _evaluate(run: Run) -> dict[str, float]:
         run.hooks.on_event,
         run.autocast,
         on_batch=lambda *batch: batches.append(batch),
+        episodes=run.episodes,  # an environment's job is evaluated on its episodes
     )
-    for records, out, scored in batches:  # eval records are the first ones: index = position
+    for records, out, scored, played in batches:  # eval records first: index = position
         ids, tok = list(range(len(records))), run.policy.tokenizer
         rows = rollout_rows(
             run.step, "eval", tok, records, ids, out, scored.rewards, scored.scores,
-            scored.errors, None,
+            scored.errors, None, played and played.transcripts, played and played.turn_rewards,
         )  # fmt: skip
         run.hooks.on_rollouts(run.step, "eval", rows)
     alarm = run.watch.observe_eval(metrics["eval_reward_mean"])

@@ -34,7 +34,18 @@ LR = {"full": 1e-4, "lora": 1e-3}
 TOLERANCE = 1e-5
 
 
-def _spec(tmp: Path, model: Path, kind: str) -> Path:
+# Episodes of 1 to 3 turns: one ends at the first turn that holds a digit, the others go on
+# ("Again."), so the processes' episodes end at different turns.
+AGAIN = """
+def step(messages, record):
+    said = messages[-1]["content"]
+    reward = sum(c == str(record["digit"]) for c in said) / max(1, len(said))
+    done = any(c.isdigit() for c in said)
+    return {"observation": None if done else "Again.", "reward": reward, "done": done}
+"""
+
+
+def _spec(tmp: Path, model: Path, kind: str, environment: bool = False) -> Path:
     (tmp / "train.jsonl").write_text(
         "".join(json.dumps({"prompt": f"Digit {d}:", "digit": d}) + "\n" for d in range(10))
     )
@@ -50,7 +61,11 @@ def _spec(tmp: Path, model: Path, kind: str) -> Path:
         spec["lora"] = {"r": 8, "alpha": 16}
     else:  # a KL term (against the frozen copy): the loss is more than -mean(A) = 0
         spec["grpo"]["beta"] = 0.04
-    path = tmp / f"{kind}.json"
+    if environment:  # the verifier scores each final transcript and adds to the episode's reward
+        (tmp / "again.py").write_text(AGAIN)
+        spec["environment"] = {"source": "again.py", "max_turns": 3}
+        spec["eval_dataset"], spec["eval_every"] = spec["dataset"], STEPS
+    path = tmp / f"{kind}{'-episodes' if environment else ''}.json"
     path.write_text(json.dumps(spec))
     return path
 
@@ -126,6 +141,32 @@ def test_lora_on_two_processes(tiny_model, tmp_path, monkeypatch):
     _same_curve(_one(spec, tmp_path / "ref", monkeypatch, "reference"), two, range(1, STEPS + 1))
     after = _same_weights(tmp_path / "ref", tmp_path / "two", 1)
     assert max(after[k].abs().max().item() for k in after if "lora_B" in k) > 5 * TOLERANCE  # B: 0
+
+
+def test_episodes_on_two_processes(tiny_model, tmp_path, monkeypatch):
+    """An environment job (its own sandbox on each process): the same episodes, rewards and
+    loss on 2 processes as on 1, though the processes' episodes end at different turns."""
+    spec = _spec(tmp_path, tiny_model, "full", environment=True)
+    two = _two(spec, tmp_path / "two")
+    one = _one(spec, tmp_path / "one", monkeypatch, "reference")
+    _same_curve(one, two, range(1, STEPS + 1))
+    for a, b in zip(one, two, strict=True):
+        for key in (
+            "turns_mean",
+            "tool_calls_mean",
+            "episode_len_mean",
+            "reward/environment",
+            "reward_turn/1",
+            "reward_turn/2",
+            "reward_turn/3",
+            "tool_error_frac",
+        ):
+            assert abs(a[key] - b[key]) <= 1e-4, (a["step"], key, a[key], b[key])
+    turns = [m["turns_mean"] for m in one]
+    print(f"turns_mean per step {turns}; reward_mean {[round(m['reward_mean'], 4) for m in one]}")
+    assert any(1 < t < 3 for t in turns)  # episodes of different lengths in one batch
+    for key in ("eval_reward_mean", "eval_turns_mean", "eval_episode_len_mean"):
+        assert abs(one[-1][key] - two[-1][key]) <= 1e-4, (key, one[-1][key], two[-1][key])
 
 
 @pytest.mark.parametrize(

@@ -165,3 +165,35 @@ def test_resume_replays_episodes_from_the_step_boundary(small_chat_model, tmp_pa
     for step in (3, 4):
         for key in ("reward_mean", "loss", "grad_norm", "episode_len_mean", "entropy"):
             assert resumed.metrics[step][key] == pytest.approx(full.metrics[step][key], abs=1e-6)
+
+
+def test_held_out_evaluation_plays_episodes_of_the_environment(small_chat_model, tmp_path):
+    """An environment job is evaluated on greedy episodes of the same environment: transcripts
+    in the eval rollouts, episode metrics with an `eval_` prefix, the training unchanged."""
+    records = [{"prompt": f"Digit {d}:", "digit": d} for d in (3, 7)]
+    held_out = [{"prompt": f"Digit {d}:", "digit": d} for d in (1, 5, 9)]
+    source = (EXAMPLES / "say_it_again.py").read_text()
+    spec = _spec(small_chat_model, "say_it_again", 3, eval_every=2)
+    plain = _run(spec, records, source, tmp_path / "a")
+    hooks = _run(spec, records, source, tmp_path / "b", eval_records=held_out)
+    assert [s for s in (1, 2, 3) if "eval_reward_mean" in hooks.metrics[s]] == [2, 3]
+    for s in (1, 2, 3):  # evaluation restores the sampler's random state
+        assert hooks.metrics[s]["loss"] == plain.metrics[s]["loss"]
+    m = hooks.metrics[3]
+    assert m["eval_turns_mean"] == 2 and m["eval_tool_calls_mean"] == 0
+    assert m["eval_errors/environment"] == 0 and "eval_episode_len_mean" in m
+    assert m["eval_reward_mean"] == pytest.approx(m["eval_reward/environment"], abs=1e-6)
+    assert m["eval_reward_mean"] == pytest.approx(
+        m["eval_reward_turn/1"] + m["eval_reward_turn/2"], abs=1e-5
+    )
+    rows = [r for r in hooks.rows if r["split"] == "eval" and r["step"] == 3]
+    assert [r["record"] for r in rows] == [0, 1, 2]
+    for row, record in zip(rows, held_out, strict=True):
+        roles = [msg["role"] for msg in row["messages"]]
+        assert roles == ["user", "assistant", "user", "assistant"]
+        assert row["messages"][0]["content"] == record["prompt"]
+        assert row["messages"][2]["content"] == "Say it again."
+        assert row["reward"] == pytest.approx(row["scores"]["turn/1"] + row["scores"]["turn/2"])
+        assert row["length"] > 0 and row["completion"] == row["messages"][3]["content"]
+    mean = sum(r["reward"] for r in rows) / len(rows)
+    assert m["eval_reward_mean"] == pytest.approx(mean, abs=1e-5)

@@ -27,7 +27,14 @@ from workers.grpo.config import GenerationParams
 from workers.grpo.fast.lean_decode import LeanDecoder
 from workers.grpo.fast.lean_forward import prompt_groups
 from workers.grpo.fast.replay import DecodeRecord
-from workers.grpo.sampling import Generation, assemble, cache_keyword, row_noise, sample_next
+from workers.grpo.sampling import (
+    Generation,
+    RowSeeds,
+    assemble,
+    cache_keyword,
+    row_noise,
+    sample_next,
+)
 from workers.grpo.text import Prompt, encode_groups, find_stops, pad_id
 
 # Rows that have ended stop being decoded (the decoder drops them, cache rows included)
@@ -147,6 +154,7 @@ class FastSampler:
         params: GenerationParams,
         keep_logprobs: bool = False,
         first_row: int = 0,
+        seeds: RowSeeds | None = None,
     ) -> Generation:
         device = self.model.device
         tok = self.tokenizer
@@ -156,7 +164,8 @@ class FastSampler:
         threads = self.cpu_threads if device.type == "cpu" else None
         record = self.record and group_size > 1
         n = prompt_ids.shape[0]
-        noise = row_noise(self.generator, first_row, n, params.max_new_tokens, device)  # (N, T)
+        steps = params.max_new_tokens
+        noise = row_noise(self.generator, first_row, n, steps, device, seeds)  # (N, T)
         with _intra_op_threads(threads), torch.inference_mode():
             tokens, ended, stop_len, logprobs, tape = self._decode(
                 prompt_ids, prompt_mask, params, keep_logprobs, record, noise
