@@ -1,0 +1,80 @@
+"""Inference (docs/inference.md) and model judges (docs/verifiers.md, kind `judge`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr
+
+
+class InferenceSettings(BaseModel):
+    """The backend the API proxies /v1/chat/completions and /v1/completions to, `serve`'s own
+    limits, and the endpoint model judges (score_model/label_model graders too) call."""
+
+    inference_url: str | None = Field(
+        None,
+        description="Base URL of the inference backend the API proxies to (`grpo-service serve` "
+        "or an OpenAI-compatible server); unset: 503 (`up` sets it to its own serve).",
+    )
+    inference_backend: Literal["grpo", "openai"] = Field(
+        "grpo",
+        description="`grpo`: grpo-service serve; `openai`: an operator-run OpenAI-compatible "
+        "server (vLLM, SGLang) serving catalog models under their catalog names.",
+    )
+    inference_token: SecretStr | None = Field(
+        None,
+        description="Shared secret the API sends to the backend as its bearer token; serve "
+        "refuses every request without it (`up` makes one when unset).",
+    )
+    inference_timeout_s: float = Field(
+        300.0, gt=0, allow_inf_nan=False, description="Longest wait for one backend answer."
+    )
+    inference_lora_dir: Path | None = Field(
+        None,
+        description="`openai` backend: a folder the backend also reads, where the API unpacks "
+        "adapter checkpoints before /v1/load_lora_adapter (unset: adapters refused).",
+    )
+    inference_lora_backend_dir: str | None = Field(
+        None,
+        description="`openai` backend: the same folder as the backend sees it (its mount path), "
+        "for the `lora_path` it is sent; unset: the API's own path (mounted alike).",
+    )
+    serve_max_models: int = Field(2, ge=1, description="Base models serve keeps loaded (LRU).")
+    serve_max_adapters: int = Field(
+        8, ge=1, description="LoRA adapters serve keeps loaded on one base (LRU)."
+    )
+    serve_batch_window_ms: float = Field(
+        20.0, ge=0, allow_inf_nan=False, description="How long serve collects requests per batch."
+    )
+    serve_max_batch: int = Field(
+        16, ge=1, description="Most sequences (choices) serve decodes in one batch."
+    )
+    serve_device: str | None = Field(None, description="serve's device (unset: cuda if any).")
+
+    # Model judges (docs/verifiers.md, kind `judge`; score_model/label_model graders).
+    judge_base_url: str | None = Field(
+        None,
+        description="OpenAI-compatible base URL (`.../v1`) model judges call; unset: the "
+        "inference backend (GRPO_INFERENCE_URL).",
+    )
+    judge_token: SecretStr | None = Field(
+        None, description="Bearer token sent to GRPO_JUDGE_BASE_URL."
+    )
+    judge_timeout_s: float = Field(
+        120.0, gt=0, allow_inf_nan=False, description="Longest wait for one judge answer."
+    )
+    judge_concurrency: int = Field(
+        4, ge=1, le=64, description="Judge calls one verifier has in flight at once."
+    )
+    judge_deadline_s: float = Field(
+        600.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Deadline for one batch of judge calls; unanswered items are errors.",
+    )
+    judge_allow_private: bool = Field(
+        False,
+        description="Let a tenant's judge endpoint (a secret's base_url) be http or resolve to "
+        "a private address.",
+    )
