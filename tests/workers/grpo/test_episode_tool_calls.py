@@ -16,18 +16,17 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
 
-import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from tests.workers.grpo.test_episode_training import Recorder, one_thread  # noqa: F401
 from workers.environments import EnvironmentConfig, SandboxedEnvironment
 from workers.grpo.config import TrainSpec
 from workers.grpo.tiny_model import make_tiny_model
-from workers.grpo.trainer import TrainHooks, train
+from workers.grpo.trainer import train
 
 SEED = 0
 RECORDS = [{"prompt": f"What is {a}+{b}?", "a": a, "b": b} for a, b in ((3, 4), (2, 5), (6, 1))]
@@ -112,26 +111,6 @@ def _warm_start(base: Path, out: Path, steps: int, lr: float) -> Path:
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return out
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """One intra-op thread: a model this small runs many tiny ops, which a second thread slows
-    down on a loaded 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-class Recorder(TrainHooks):
-    def __init__(self) -> None:
-        self.metrics: dict[int, dict[str, float]] = {}
-        self.rows: list[dict] = []
-        super().__init__(
-            on_step=lambda step, m: self.metrics.__setitem__(step, m),
-            on_rollouts=lambda _step, _split, rows: self.rows.extend(rows),
-        )
 
 
 def _grpo(model: Path, work: Path, steps: int) -> Recorder:
