@@ -11,6 +11,11 @@ the route checks (the key, the rate limit, text the stores cannot keep), reads t
 on the event loop (psycopg's async connection, on PostgreSQL) and answers the bytes the route
 answers. Every other request, and any of these the fast path is unsure of (a key not cached,
 an id with a NUL), goes on to the router unchanged, which answers it as before.
+
+On PostgreSQL a job's 200 answer is then kept for up to a second, per process, and dropped as
+soon as PostgreSQL notifies a change of its row (`service.jobs.poll_cache`: its rules); a poll
+of a job that has not changed costs no database round trip. SQLite (embedded mode) has no
+notifications and no cache: every poll reads.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from service.auth import cache as auth_cache
 from service.auth import ratelimit
 from service.db import get_read_engine
 from service.errors import render_problem
+from service.jobs.poll_cache import PollCache
 from service.jobs.schemas import JobOut
 from service.models import Job
 from service.problems import ProblemError, not_found
@@ -106,6 +112,7 @@ class AsyncReads:
         self._sql = sql
         self._idle: list[psycopg.AsyncConnection[dict[str, Any]]] = []
         self._slots = asyncio.Semaphore(POLL_CONCURRENCY)
+        self.cache = PollCache(connect_args)  # this event loop's answers (service.jobs.poll_cache)
 
     async def _connect(self) -> psycopg.AsyncConnection[dict[str, Any]]:
         return await psycopg.AsyncConnection.connect(
@@ -151,6 +158,7 @@ def _reads() -> AsyncReads | None:
         url = make_url(get_settings().effective_database_url)
         sql = str(POLL.compile(dialect=engine.dialect))
         reads = AsyncReads(engine.dialect.create_connect_args(url), sql)
+        reads.cache.start()
     _async_reads = (loop, reads)
     return reads
 
@@ -159,10 +167,16 @@ async def read_job(tenant: str, job_id: str) -> Response:
     reads = _reads()
     if reads is None:
         return await anyio.to_thread.run_sync(read_job_sync, tenant, job_id, limiter=poll_limiter())
+    cached = reads.cache.get(tenant, job_id)
+    if cached is not None:
+        return Response(cached, media_type="application/json")
+    generation = reads.cache.generation  # taken before the read: see PollCache.store
     row = await reads.fetch({"job_id": job_id, "tenant": tenant})
     if row is None:
         raise not_found("job", job_id)
-    return render_job(row)
+    response = render_job(row)
+    reads.cache.store(tenant, job_id, bytes(response.body), generation)
+    return response
 
 
 def _bearer(scope: Scope) -> str | None:
