@@ -89,14 +89,17 @@ class _ShardSampler:
 
     def __init__(self, inner: Sampler, first_row: int) -> None:
         self.inner, self.first_row = inner, first_row
+        # Episodes' KV caches are this process's own rows: passed through as they are.
+        self.continues = bool(getattr(inner, "continues", False))
 
     def generate(self, prompts: list, group_size: int, params: Any, keep_logprobs: bool = False,
-                 first_row: int = 0, seeds: RowSeeds | None = None) -> Generation:  # fmt: skip
+                 first_row: int = 0, seeds: RowSeeds | None = None,
+                 **cache: Any) -> Generation:  # fmt: skip
         if seeds is not None:  # rows named by the caller, in this process's run of the batch
             seeds = seeds.shifted(self.first_row)
         return self.inner.generate(
             prompts, group_size, params, keep_logprobs, first_row=self.first_row + first_row,
-            **({} if seeds is None else {"seeds": seeds}),
+            **({} if seeds is None else {"seeds": seeds}), **cache,
         )  # fmt: skip
 
 

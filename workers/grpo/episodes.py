@@ -12,14 +12,16 @@ An episode's sequence is
       only the added text is tokenised)                                    model mask 0
     + turn 2's sampled ids                                                 model mask 1 ...
 
-Every turn re-encodes the sequence (the sampler's prefill): the `Sampler` seam takes prompts,
-not caches, and one seam serves both backends. With a `seed` (one draw of the run's generator
-per batch of episodes), turn t's noise is named, not drawn (`sampling.RowSeeds`): base
-seed + t * stride, each row the episode's index in the batch. An episode's draws then depend
-on neither which episodes are still going nor how many turns the others take: on N processes
-(each plays its run of the batch, its rows shifted by its offset) the episodes are one
-process's. An episode whose sequence plus one turn would
-not fit the model's context ends there, truncated, with an error (nothing is fed past it).
+Each turn's prompts are the whole sequences. A sampler that can (`continues`: the reference
+and the fast one) keeps the batch's KV cache and prefills only what was added since (the
+template's text and the observation): the same draws as re-encoding, without its prefill of
+the earlier turns; any other sampler re-encodes every sequence each turn. With a `seed` (one draw
+of the run's generator per batch of episodes), turn t's noise is named, not drawn
+(`sampling.RowSeeds`): base seed + t * stride, each row the episode's index in the batch. An
+episode's draws then depend on neither which episodes are still going nor how many turns the
+others take: on N processes (each plays its run of the batch, its rows shifted by its offset)
+the episodes are one process's. An episode whose sequence plus one turn would not fit the
+model's context ends there, truncated, with an error (nothing is fed past it).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 import torch
 
 from workers.grpo.config import GenerationParams
-from workers.grpo.sampling import RowSeeds, Sampler
+from workers.grpo.sampling import Continuation, RowSeeds, Sampler
 from workers.grpo.text import TokenIds
 
 # For a tokenizer without a chat template: `role: content` lines, then `assistant:`.
@@ -72,9 +74,14 @@ class ModelPolicy:
         context: int | None = None,
         keep_logprobs: bool = False,
         seed: int | None = None,
+        continue_cache: bool = True,
     ) -> None:
+        """`continue_cache=False` re-encodes every turn even with a sampler that `continues`."""
         self.sampler, self.tokenizer, self.params = sampler, tokenizer, params
         self.context, self.keep_logprobs, self.seed = context, keep_logprobs, seed
+        self.continues = continue_cache and bool(getattr(sampler, "continues", False))
+        self._cache: Continuation | None = None  # the last turn's KV cache
+        self._cache_rows: dict[int, int] = {}  # episode index -> its row in that cache
         self.turn = 0  # act calls so far: every episode still going takes its turn in each
         self.episodes: dict[int, EpisodeTokens] = {}  # episode index -> tokens
         self._index: dict[int, int] = {}  # id(transcript) -> episode index
@@ -100,9 +107,12 @@ class ModelPolicy:
             base = (self.seed + _TURN_STRIDE * self.turn) % 2**64
             rows = [self._index[id(transcripts[k])] for k, _ in going]
             named["seeds"] = RowSeeds(base, rows)
+        if self.continues:
+            named |= self._resume([self._index[id(transcripts[k])] for k, _ in going])
         out = self.sampler.generate(
             prompts, 1, self.params, keep_logprobs=self.keep_logprobs, **named
         )
+        self._cache = out.continuation
         lengths = out.lengths or [int(n) for n in out.completion_mask.sum(1).tolist()]
         ids = out.completion_ids.tolist()
         kept = None if out.logprobs is None else out.logprobs.tolist()
@@ -117,6 +127,16 @@ class ModelPolicy:
             ep.last_text = turns[k] = out.texts[row]
             self.turn_tokens += len(sampled)
         return turns
+
+    def _resume(self, episodes: list[int]) -> dict[str, Any]:
+        """The sampler's cache keywords for a turn of `episodes` (indices): keep the cache and,
+        when the last turn's holds every one of them, continue it on their rows."""
+        named: dict[str, Any] = {"keep_cache": True}
+        cache, rows = self._cache, self._cache_rows
+        self._cache, self._cache_rows = None, {e: r for r, e in enumerate(episodes)}
+        if cache is not None and all(e in rows for e in episodes):
+            named["resume"] = cache.select([rows[e] for e in episodes])
+        return named
 
     def _episode(self, transcript: list[dict], tools: list[dict[str, Any]]) -> EpisodeTokens:
         """Episode of `transcript`, its sequence brought up to the transcript's end; truncated

@@ -16,6 +16,13 @@ log pi(y_t) of every sampled token under softmax(logits / T), before top-k / top
 own distribution, as the training pass computes it. That is pi_old when a batch is reused for
 several updates, at no extra forward pass.
 
+Episodes continue a batch's KV cache across turns where the sampler can (`continues`: this
+one and the fast one): `keep_cache` returns it in `Generation.continuation`, and `resume`
+feeds the next turn's prompts, each that row's cached ids plus new ones, by prefilling only
+the new ones (their left padding and the pads fed after a row's end are holes in the
+attention mask; positions count the mask, as a re-encoded row's do), so the draws are the
+re-encoding's.
+
 `Sampler` is the interface every decoder implements (this one, `fast.sampling.FastSampler`, a
 vLLM backend one day); `backend.py` chooses which one a run uses.
 """
@@ -50,11 +57,34 @@ class Generation:
     # (N, T) float, 1 on the tokens the model sampled: an episode's completion also holds the
     # observation and tool tokens between its turns (mask 0). None: every completion token.
     model_mask: Tensor | None = None
+    continuation: Continuation | None = None  # with `keep_cache`: the batch's KV cache
 
     @property
     def sampled_mask(self) -> Tensor:
         """(N, T) the tokens that carry loss, KL and entropy: the model's own."""
         return self.completion_mask if self.model_mask is None else self.model_mask
+
+
+@dataclass
+class Continuation:
+    """A batch's KV cache after `generate`, to feed its rows more tokens without re-encoding
+    them. `mask` (N, S) is 1 on the cached columns a later token attends to (not the left
+    padding, nor what was fed after a row's end); `tokens[i]` row i's ids in those columns."""
+
+    cache: Any  # transformers' Cache, or per layer keys, values (N, Hk, S, D)
+    mask: Tensor  # (N, S)
+    tokens: list[list[int]]
+
+    def select(self, rows: list[int]) -> Continuation:
+        """The state of `rows` (indices into this batch's rows), in that order; this one is
+        spent (the cache selects its rows in place)."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.mask.device)  # (A,)
+        if hasattr(self.cache, "reorder_cache"):  # transformers' Cache
+            self.cache.reorder_cache(index)
+            cache = self.cache
+        else:  # the lean decoder's: per layer keys, values (N, Hk, S, D)
+            cache = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.cache]
+        return Continuation(cache, self.mask[index], [self.tokens[r] for r in rows])
 
 
 @dataclass(frozen=True)
@@ -182,6 +212,8 @@ def assemble(
 class PlainSampler:
     """The reference decoder: the model's own forward and KV cache, one token at a time."""
 
+    continues = True  # takes `keep_cache` and `resume` (episodes' turns continue the cache)
+
     def __init__(self, model: Any, tokenizer: Any, generator: torch.Generator) -> None:
         self.model, self.tokenizer, self.generator = model, tokenizer, generator
 
@@ -194,22 +226,29 @@ class PlainSampler:
         keep_logprobs: bool = False,
         first_row: int = 0,
         seeds: RowSeeds | None = None,
+        keep_cache: bool = False,
+        resume: Continuation | None = None,
     ) -> Generation:
+        """With `keep_cache`, the Generation keeps its KV cache (`continuation`); with `resume`
+        (the continuation of these rows, G = 1), a prompt that extends its row's cached ids
+        prefills only its new ids (one that does not: every row is re-encoded)."""
         model, device, eos = self.model, self.model.device, self.tokenizer.eos_token_id
         tok = self.tokenizer
         prompt_ids, prompt_mask = encode_groups(tok, prompts, group_size, device)  # (N, P)
         n, kw = prompt_ids.shape[0], cache_keyword(model)
         steps = params.max_new_tokens
         noise = row_noise(self.generator, first_row, n, steps, device, seeds)  # (N, T)
-        mask, ids = prompt_mask, prompt_ids
+        start = resumed_batch(resume, prompts, group_size, pad_id(tok)) if resume else None
+        ids, mask, cache = (prompt_ids, prompt_mask, None) if start is None else start
         positions = (mask.cumsum(1) - 1).clamp(min=0)  # (N, S) left padding: real tokens from 0
+        positions = positions[:, -ids.shape[1] :]  # (N, S') the positions of the ids fed
         ended = torch.zeros(n, dtype=torch.bool, device=device)  # (N,)
         stop_len: list[int | None] = [None] * n
-        tokens, kept, cache = [], [], None
+        tokens, kept = [], []
         for t in range(params.max_new_tokens):
             res = model(input_ids=ids, attention_mask=mask, position_ids=positions,
                         use_cache=True, logits_to_keep=1, **{kw: cache})  # fmt: skip
-            cache = res[kw]
+            cache, cached_mask = res[kw], mask  # (N, C) the cache's columns
             token, logprob = sample_next(res.logits[:, -1], params, noise[:, t], keep_logprobs)
             token = token.masked_fill(ended, pad_id(self.tokenizer))  # (N,) pads after the end
             tokens.append(token)
@@ -224,5 +263,49 @@ class PlainSampler:
             positions = positions[:, -1:] + 1  # (N, 1)
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)  # (N, S + t + 1)
         logprobs = torch.stack(kept, 1) if keep_logprobs else None  # (N, T)
-        return assemble(self.tokenizer, prompt_ids, prompt_mask, torch.stack(tokens, 1), ended,
-                        stop_len, logprobs, params, group_size)  # fmt: skip
+        out = assemble(self.tokenizer, prompt_ids, prompt_mask, torch.stack(tokens, 1), ended,
+                       stop_len, logprobs, params, group_size)  # fmt: skip
+        if keep_cache:
+            out.continuation = continuation_of(cache, cached_mask, out, len(tokens) - 1)
+        return out
+
+
+def resumed_batch(
+    resume: Continuation, prompts: list[Prompt], group_size: int, pad: int
+) -> tuple[Tensor, Tensor, Any] | None:
+    """The ids to feed (N, W) (each row's new ids, left-padded), the mask (N, S + W) of the
+    cache and those ids, and the cache; None when some prompt is not its row's cached ids
+    followed by at least one new id (then the batch is re-encoded)."""
+    if group_size != 1 or len(prompts) != len(resume.tokens):
+        return None
+    new: list[list[int]] = []
+    for prompt, cached in zip(prompts, resume.tokens, strict=True):
+        if not isinstance(prompt, tuple) or len(prompt) <= len(cached):
+            return None
+        if list(prompt[: len(cached)]) != cached:
+            return None
+        new.append(list(prompt[len(cached) :]))
+    width, device = max(len(x) for x in new), resume.mask.device
+    ids = torch.full((len(new), width), pad, dtype=torch.long)  # (N, W)
+    mask = torch.zeros((len(new), width), dtype=resume.mask.dtype)  # (N, W)
+    for i, x in enumerate(new):
+        ids[i, width - len(x) :], mask[i, width - len(x) :] = torch.tensor(x), 1
+    return ids.to(device), torch.cat([resume.mask, mask.to(device)], 1), resume.cache
+
+
+def continuation_of(cache: Any, mask: Tensor, out: Generation, fed: int) -> Continuation:
+    """The cache after a batch's decode: its `mask` (N, C) columns hold the prompts and the
+    first `fed` sampled tokens; those after a row's end (`out.lengths`) become holes."""
+    lengths = out.lengths or [int(x) for x in out.completion_mask.sum(1).tolist()]
+    keep = mask.clone()  # (N, C)
+    if fed:
+        ends = torch.tensor(lengths, device=mask.device).unsqueeze(1)  # (N, 1)
+        sampled = torch.arange(fed, device=mask.device).unsqueeze(0) < ends  # (N, fed)
+        keep[:, -fed:] = sampled.to(keep.dtype)
+    prompt_mask = out.prompt_mask.bool()
+    ids = out.completion_ids.tolist()
+    tokens = [
+        out.prompt_ids[i][prompt_mask[i]].tolist() + ids[i][: min(lengths[i], fed)]
+        for i in range(len(lengths))
+    ]
+    return Continuation(cache, keep, tokens)

@@ -156,17 +156,19 @@ class LeanDecoder:
         self.length = end
         return lean.head(x[:, -1])  # (B, V)
 
-    def prefill(self, ids: Tensor, attention_mask: Tensor, max_new_tokens: int) -> Tensor:
+    def prefill(
+        self, ids: Tensor, attention_mask: Tensor, max_new_tokens: int, share: bool = True
+    ) -> Tensor:
         """Run the left-padded prompts (N, P); logits (N, V) of the first new token.
 
         Each distinct prompt (GRPO repeats each G times, consecutively) runs through the
-        layers once; its keys and values are kept once per group (CPU, groups of equal size)
-        or copied to the cache rows of its group."""
+        layers once; its keys and values are kept once per group (CPU, groups of equal size,
+        `share`) or copied to the cache rows of its group."""
         n, p = ids.shape
         rows = torch.cat([ids, attention_mask.to(ids.dtype)], 1)  # (N, 2P)
         unique, group, size = prompt_groups(rows, None, share=True)  # (U, 2P), (N,), G or None
         u = unique.shape[0]
-        share = ids.device.type == "cpu" and size is not None and size > 1
+        share = share and ids.device.type == "cpu" and size is not None and size > 1
         item = torch.finfo(self.lean.dtype).bits // 8
         prompt_bytes = 2 * p * self.lean.kv_heads * self.lean.head_dim * item
         share = share and prompt_bytes >= SHARE_MIN_PROMPT_BYTES
@@ -190,6 +192,44 @@ class LeanDecoder:
         rope = self.lean.rope((u_mask.cumsum(1) - 1).clamp(min=0))  # (U, 1, P, D)
         logits = self._forward(u_ids, rope, prompt_mask_4d(u_mask), None, group)  # (U, V)
         return logits[group]  # (N, V)
+
+    def resume(
+        self,
+        cache: list[tuple[Tensor, Tensor]],
+        ids: Tensor,
+        attention_mask: Tensor,
+        max_new_tokens: int,
+    ) -> Tensor:
+        """Continue the rows' `cache` (per layer keys, values (N, Hk, C, D), as `cached`
+        returns it) with the left-padded new ids (N, W); `attention_mask` (N, C + W) is 1 on
+        the cached columns and new ids one attends to. Logits (N, V) of the next token."""
+        (n, w), c = ids.shape, cache[0][0].shape[2]
+        self.cached_from, self.rows, self.total, self.prompts = 0, None, n, []
+        total = c + w + max_new_tokens
+        self._empty_cache(n, total, ids.device)
+        for (keys, values), (old_k, old_v) in zip(self.cache, cache, strict=True):
+            keys[:, :, :c], values[:, :, :c] = old_k, old_v
+        self.key_bias = torch.zeros(n, total, dtype=self.lean.dtype, device=ids.device)
+        self.key_bias[:, : c + w].masked_fill_(attention_mask == 0, float("-inf"))
+        cos, sin = self.lean.rope(torch.arange(total, device=ids.device).unsqueeze(0))
+        self.rope_table = cos[0, 0], sin[0, 0]  # (L, D)
+        self.length = c
+        positions = (attention_mask.cumsum(1) - 1).clamp(min=0)[:, c:]  # (N, W)
+        self.positions = positions[:, -1]  # (N,)
+        # new id i attends to the cached columns and new ids up to itself; a pad to itself too
+        causal = torch.ones(w, c + w, dtype=torch.bool, device=ids.device).tril(c)  # (W, C + W)
+        eye = torch.zeros(w, c + w, dtype=torch.bool, device=ids.device)  # (W, C + W)
+        eye[:, c:] = torch.eye(w, dtype=torch.bool, device=ids.device)
+        mask = (causal & attention_mask.bool()[:, None, :]) | eye  # (N, W, C + W)
+        return self._forward(ids, self.lean.rope(positions), mask.unsqueeze(1), None)
+
+    def cached(self) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
+        """The rows' keys and values so far (per layer (N, Hk, C, D)) and the mask (N, C) of
+        the columns one may attend to; every row decoded (no shared prompts, none retired)."""
+        if self.prompts or self.rows is not None:
+            raise ValueError("a cache with shared prompts or retired rows cannot be continued")
+        kv = [(k[:, :, : self.length], v[:, :, : self.length]) for k, v in self.cache]
+        return kv, (self.key_bias[:, : self.length] == 0).long()
 
     def _empty_cache(self, n: int, length: int, device: torch.device) -> None:
         """Zeroed keys and values (N, Hk, length, D) for every layer."""

@@ -10,6 +10,8 @@
 - With `record` (and a batch of groups, G > 1: a training rollout, not evaluation's single
   completions) the lean decoder records its linear maps' outputs (`replay.DecodeRecord`, in
   `Generation.backend_state`), which the on-policy training forward replays.
+- With `keep_cache` (episodes' turns) no row retires and no prompt is shared, so that the
+  batch's KV cache can be continued (`resume`, as `sampling.PlainSampler` does).
 The draws are the reference decoder's: the same per-row uniforms (`sampling.row_noise`), the
 retired rows' draws (all pads) taken from uniform logits.
 """
@@ -28,10 +30,13 @@ from workers.grpo.fast.lean_decode import LeanDecoder
 from workers.grpo.fast.lean_forward import prompt_groups
 from workers.grpo.fast.replay import DecodeRecord
 from workers.grpo.sampling import (
+    Continuation,
     Generation,
     RowSeeds,
     assemble,
     cache_keyword,
+    continuation_of,
+    resumed_batch,
     row_noise,
     sample_next,
 )
@@ -93,6 +98,16 @@ class _HFForward:
         self.positions = (mask.cumsum(1) - 1).clamp(min=0)  # (N, P)
         return self._run(ids)
 
+    def resume(self, cache: Any, ids: Tensor, mask: Tensor, max_new_tokens: int) -> Tensor:
+        """Continue `cache` with the new ids (N, W); `mask` (N, C + W) its columns and theirs."""
+        self.cache, self.mask = cache, mask
+        self.positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -ids.shape[1] :]  # (N, W)
+        return self._run(ids)
+
+    def cached(self) -> tuple[Any, Tensor]:
+        """The KV cache and the mask (N, C) of its columns."""
+        return self.cache, self.mask
+
     def step(self, tokens: Tensor) -> Tensor:
         self.positions = self.positions[:, -1:] + 1  # (N, 1)
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], 1)  # (N, P + t)
@@ -146,6 +161,8 @@ class FastSampler:
         self.lean, self.cpu_threads, self.end_check_every = lean, cpu_threads, end_check_every
         self.record = record
 
+    continues = True  # takes `keep_cache` and `resume` (episodes' turns continue the cache)
+
     @torch.no_grad()
     def generate(
         self,
@@ -155,7 +172,10 @@ class FastSampler:
         keep_logprobs: bool = False,
         first_row: int = 0,
         seeds: RowSeeds | None = None,
+        keep_cache: bool = False,
+        resume: Continuation | None = None,
     ) -> Generation:
+        """`keep_cache` and `resume`: as `sampling.PlainSampler.generate`'s."""
         device = self.model.device
         tok = self.tokenizer
         prompt_ids, prompt_mask = encode_groups(tok, prompts, group_size, device)  # (N, P)
@@ -166,9 +186,10 @@ class FastSampler:
         n = prompt_ids.shape[0]
         steps = params.max_new_tokens
         noise = row_noise(self.generator, first_row, n, steps, device, seeds)  # (N, T)
+        start = resumed_batch(resume, prompts, group_size, pad_id(tok)) if resume else None
         with _intra_op_threads(threads), torch.inference_mode():
-            tokens, ended, stop_len, logprobs, tape = self._decode(
-                prompt_ids, prompt_mask, params, keep_logprobs, record, noise
+            tokens, ended, stop_len, logprobs, tape, cached = self._decode(
+                prompt_ids, prompt_mask, params, keep_logprobs, record, noise, keep_cache, start
             )
         logprobs = None if logprobs is None else logprobs.clone()
         out = assemble(self.tokenizer, prompt_ids, prompt_mask, tokens.clone(), ended.clone(),
@@ -176,6 +197,8 @@ class FastSampler:
         if tape is not None:
             tape.lengths = out.lengths  # the replay feeds what the training forward feeds
         out.backend_state = tape
+        if cached is not None:
+            out.continuation = continuation_of(*cached, out, tokens.shape[1] - 1)
         return out
 
     def _decode(
@@ -186,21 +209,36 @@ class FastSampler:
         keep: bool,
         record: bool,
         noise: Tensor,
-    ) -> tuple[Tensor, Tensor, list[int | None], Tensor | None, DecodeRecord | None]:
+        keep_cache: bool = False,
+        start: tuple[Tensor, Tensor, Any] | None = None,
+    ) -> tuple[Tensor, Tensor, list[int | None], Tensor | None, DecodeRecord | None, Any]:
         """Sampled tokens (N, T) drawn with `noise` (N, T), ended flags (N,), per-row length at
         a stop string, with
         `keep` the log-probs (N, T) of the sampled tokens, with `record` (lean decoder only)
-        the record of the decode steps."""
+        the record of the decode steps, with `keep_cache` the cache and its mask (else None).
+        `start`: a continued batch (`sampling.resumed_batch`), prefilled from its cache."""
         eos, pad = self.tokenizer.eos_token_id, pad_id(self.tokenizer)
         n, width = prompt_ids.shape
-        total = width + params.max_new_tokens
+        total = width + params.max_new_tokens  # a continued batch's prompts are its sequences
         lean = LeanDecoder.build(self.model, total, rows=n) if self.lean else None
         forward = lean or _HFForward(self.model)
         tape = None
         if lean is not None and record:
             tape = lean.tape = DecodeRecord(self.model, n, lean.lean.lora_merged)
-        logits = forward.prefill(prompt_ids, prompt_mask, params.max_new_tokens)  # (N, V)
-        retires = lean is not None or forward.selects_rows()
+        if start is not None:
+            ids, mask, cache = start
+            if lean is not None and isinstance(cache, list):
+                logits = lean.resume(cache, ids, mask, params.max_new_tokens)  # (N, V)
+            elif lean is None and not isinstance(cache, list):
+                logits = forward.resume(cache, ids, mask, params.max_new_tokens)  # (N, V)
+            else:  # the last turn decoded the other way: re-encode
+                start = None
+        if start is None and lean is not None:
+            logits = lean.prefill(prompt_ids, prompt_mask, params.max_new_tokens, not keep_cache)
+        elif start is None:
+            logits = forward.prefill(prompt_ids, prompt_mask, params.max_new_tokens)  # (N, V)
+        # a kept cache keeps every row: retiring would drop the rows of ended turns
+        retires = not keep_cache and (lean is not None or forward.selects_rows())
         ended = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)  # (N,)
         check_every = self.end_check_every or (1 if prompt_ids.device.type == "cpu" else 8)
         check_every = 1 if params.stop else check_every
@@ -233,4 +271,5 @@ class FastSampler:
                 decoded = forward.step(nxt[live])  # (A, V)
                 logits = decoded.new_zeros(n, decoded.shape[1]).index_copy_(0, live, decoded)
         logprobs = torch.stack(kept, 1) if keep else None  # (N, T)
-        return torch.stack(out, 1), ended, stop_len, logprobs, tape  # (N, T)
+        cached = forward.cached() if keep_cache else None
+        return torch.stack(out, 1), ended, stop_len, logprobs, tape, cached  # (N, T)
