@@ -47,6 +47,20 @@ def model_and_tokenizer(tiny_model: Path):
     return model, tokenizer
 
 
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory: pytest.TempPathFactory):
+    """A small random-init model with a chat template (episodes), and its tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from workers.grpo.tiny_model import make_tiny_model
+
+    path = make_tiny_model(
+        tmp_path_factory.mktemp("chat") / "tiny", hidden_size=64, layers=2,
+        intermediate_size=128, chat_template=True,
+    )  # fmt: skip
+    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+
+
 @pytest.fixture
 def digit_records() -> list[dict]:
     return [{"prompt": f"Digit {d}:", "digit": d} for d in (3, 7)]

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from workers.environments import StepResult, ToolCall, run_episodes
 from workers.grpo.config import GenerationParams
@@ -23,7 +22,6 @@ from workers.grpo.fast.lean_decode import LeanDecoder
 from workers.grpo.fast.sampling import FastSampler
 from workers.grpo.sampling import PlainSampler
 from workers.grpo.text import TokenIds
-from workers.grpo.tiny_model import make_tiny_model
 
 
 class UnevenTurns:
@@ -72,15 +70,6 @@ class Widths:
 
     def hook(self, _module: Any, _args: Any, kwargs: dict) -> None:
         self.fed.append(int(kwargs["input_ids"].numel()))
-
-
-@pytest.fixture(scope="module")
-def chat_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
-    path = make_tiny_model(
-        tmp_path_factory.mktemp("cache") / "tiny", hidden_size=64, layers=2,
-        intermediate_size=128, chat_template=True,
-    )  # fmt: skip
-    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
 
 
 RECORDS = [{"prompt": "Digit " + "7" * k + ":", "k": k} for k in range(6)]

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from workers.environments import StepResult, ToolCall, run_episodes
 from workers.grpo.backend import ReferenceBackend
@@ -22,7 +21,7 @@ from workers.grpo.fast import FastBackend
 from workers.grpo.fast.logprobs import completion_logits
 from workers.grpo.loss import loss_denominator
 from workers.grpo.sampling import PlainSampler
-from workers.grpo.tiny_model import CHAT_TEMPLATE, make_tiny_model
+from workers.grpo.tiny_model import CHAT_TEMPLATE
 from workers.grpo.update import accumulate_gradients
 
 AGAIN = "Say it again."
@@ -76,15 +75,6 @@ class Spy:
         sampled = [out.completion_ids[i, : out.lengths[i]].tolist() for i in range(len(prompts))]
         self.calls.append(([list(p) for p in prompts], sampled))
         return out
-
-
-@pytest.fixture(scope="module")
-def chat_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
-    path = make_tiny_model(
-        tmp_path_factory.mktemp("episodes") / "tiny", hidden_size=64, layers=2,
-        intermediate_size=128, chat_template=True,
-    )  # fmt: skip
-    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
 
 
 RECORDS = [{"prompt": "Digit 3:", "digit": 3}, {"prompt": "Digit 7:", "digit": 7}]
