@@ -29,10 +29,12 @@ services:
 
 # Test files run on TEST_WORKERS processes, each file whole on one (its module fixtures start
 # services once); most of a test's time is waiting on other processes, so 2 pay on 2 cores.
+# Tests marked `alone` restart a service the others share (PostgreSQL): they run afterwards.
 TEST_WORKERS ?= 2
 
 test: venv services
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone" tests
+	$(BIN)/python -m pytest -q -m alone tests
 
 lint: venv
 	$(BIN)/ruff check service workers tests bench migrations

@@ -178,6 +178,7 @@ def test_sigterm_hands_the_job_over_without_losing_a_step(
     assert [step for step, _ in metric_rows(cluster, job["id"])] == list(range(1, 13))
 
 
+@pytest.mark.alone  # restarts the PostgreSQL every other test uses
 def test_survives_a_postgresql_restart(cluster: Cluster, tiny_model_dir: Path) -> None:
     client = cluster.client("pg-restart")
     job = submit_digit_job(client, TINY, **LONG_JOB)
