@@ -115,8 +115,23 @@ def session_scope() -> Iterator[Session]:
         session.close()
 
 
+_BEFORE_COMMIT = "before_commit"
 _AFTER_COMMIT = "after_commit"
 _AFTER_ROLLBACK = "after_rollback"
+
+
+def before_commit(session: Session, check: Callable[[], None]) -> None:
+    """Run `check` when the session's transaction commits, however it is committed, right
+    before the COMMIT and in its thread: a check that takes a lock (`service.open_jobs`) holds
+    it from there to the end of the transaction, and no longer. A check that raises stops the
+    commit; the caller rolls back."""
+    session.info.setdefault(_BEFORE_COMMIT, []).append(check)
+
+
+@event.listens_for(Session, "before_commit")
+def _run_commit_checks(session: Session) -> None:
+    for check in session.info.pop(_BEFORE_COMMIT, []):
+        check()
 
 
 def after_commit(session: Session, callback: Callable[[], None]) -> None:

@@ -1,14 +1,17 @@
-"""Request limits: the body size (counted while it streams in), open jobs per tenant, and
-concurrent verifier tests per tenant."""
+"""Request limits: the body size (counted while it streams in), open jobs per tenant,
+submissions running at once per process, and concurrent verifier tests per tenant."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Annotated
 
+import anyio
+from anyio.lowlevel import RunVar
 from fastapi import Depends
+from fastapi.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -61,16 +64,52 @@ class BodyLimitMiddleware:
         await response(scope, receive, send)
 
 
-def check_open_jobs(session: SessionDep, tenant: TenantDep, settings: SettingsDep) -> None:
-    """429 with Retry-After when the tenant already has its quota of live jobs: refused before
-    the submission is validated. This count takes no lock; the exact check is the locked one
-    right before the insert (`service.open_jobs.reserve_open_job`)."""
-    problem = open_jobs.over_limit(open_jobs.count_open_jobs(session, tenant), settings)
+async def check_open_jobs(session: SessionDep, tenant: TenantDep, settings: SettingsDep) -> None:
+    """429 with Retry-After, before the submission is validated, for a tenant this process
+    refused a moment ago and that still has its quota of live jobs: a flood of submissions at
+    the limit costs a count each, not a validation. This count takes no lock; the exact check
+    is the locked one after the insert (`service.open_jobs.refuse_over_limit`), and the only
+    one for a tenant under its limit."""
+    if not open_jobs.refused_recently(tenant):
+        return
+    count = await run_in_threadpool(open_jobs.count_open_jobs, session, tenant)
+    problem = open_jobs.over_limit(count, settings)
     if problem is not None:
         raise problem
 
 
 OpenJobsLimit = Annotated[None, Depends(check_open_jobs)]
+
+# Job submissions in flight at once, per process, from their validation to their commit; the
+# others wait their turn on the event loop, first come first served (anyio's limiter queues its
+# waiters in order). A submission is ~10 ms of Python holding the GIL, most of it in the
+# database driver: more threads at it do not add CPU, they only slow each other down handing
+# the GIL back and forth, the one that holds its tenant's lock at the commit included. Chosen
+# with `bench/api_load.py`: 2 served the most creations a second with the shortest p99
+# (bench/README.md).
+SUBMISSION_CONCURRENCY = 2
+_submission_limiter: RunVar[anyio.CapacityLimiter] = RunVar("grpo_submission_limiter")
+
+
+def loop_limiter(var: RunVar[anyio.CapacityLimiter], tokens: int) -> anyio.CapacityLimiter:
+    """The limiter `var` holds in this event loop, made with `tokens` on first use: one per
+    event loop, as anyio's own default thread limiter."""
+    try:
+        return var.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(tokens)
+        var.set(limiter)
+        return limiter
+
+
+async def submission_slot() -> AsyncIterator[None]:
+    """Held from before the request's session opens until after it commits: list it first in
+    a route's dependencies."""
+    async with loop_limiter(_submission_limiter, SUBMISSION_CONCURRENCY):
+        yield
+
+
+SubmissionSlot = Depends(submission_slot, scope="function")
 
 
 class PerTenantSlots:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from service.catalog.facts import ModelFacts
@@ -84,8 +84,12 @@ def list_models(session: Session) -> list[CatalogModel]:
     return list(session.scalars(select(CatalogModel).order_by(CatalogModel.name)))
 
 
+# Built once, with a bound parameter (`session.get` builds its statement at every call).
+_FIND_MODEL = select(CatalogModel).where(CatalogModel.name == bindparam("name"))
+
+
 def find_model(session: Session, name: str) -> CatalogModel | None:
-    return session.get(CatalogModel, name) if valid_name(name) else None
+    return session.scalar(_FIND_MODEL, {"name": name}) if valid_name(name) else None
 
 
 def find_tenant_checkpoint(

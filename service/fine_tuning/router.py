@@ -21,7 +21,7 @@ from service.fine_tuning.schemas import (
 from service.fine_tuning.views import checkpoint_view, event_view, job_view
 from service.idempotency import Idempotent, IdempotentRoute
 from service.jobs import service as jobs
-from service.limits import check_open_jobs
+from service.limits import SubmissionSlot, check_open_jobs
 from service.models import Job
 from service.openapi import problems
 from service.pagination import PageDep
@@ -59,7 +59,7 @@ After = Annotated[
     "",
     status_code=201,
     response_model=FineTuningJobOut,
-    dependencies=[Idempotent, Depends(check_open_jobs)],
+    dependencies=[SubmissionSlot, Idempotent, Depends(check_open_jobs)],
     responses=problems(402, 409, 413, 429),
 )
 def create_fine_tuning_job(

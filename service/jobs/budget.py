@@ -17,6 +17,13 @@ from service.problems import ProblemError
 BUDGET_PROBLEM = "https://grpo-service.dev/problems/budget-exhausted"
 
 
+class _Unread:
+    """The tenant's budget, not read yet (None means "no budget")."""
+
+
+UNREAD = _Unread()
+
+
 @dataclass(frozen=True)
 class BudgetState:
     limit_hours: float
@@ -42,18 +49,24 @@ def device_seconds_used(session: Session, tenant_id: str) -> float:
     return float(total or 0.0)
 
 
-def budget_state(session: Session, tenant_id: str) -> BudgetState | None:
-    """The tenant's budget and what its jobs used of it; None when it has no budget."""
-    limit = session.scalar(select(Tenant.budget_device_hours).where(Tenant.id == tenant_id))
+def budget_state(
+    session: Session, tenant_id: str, limit: float | None | _Unread = UNREAD
+) -> BudgetState | None:
+    """The tenant's budget and what its jobs used of it; None when it has no budget. `limit`:
+    the tenant's `budget_device_hours` when the caller has read it already."""
+    if isinstance(limit, _Unread):
+        limit = session.scalar(select(Tenant.budget_device_hours).where(Tenant.id == tenant_id))
     if limit is None:
         return None
     return BudgetState(float(limit), device_seconds_used(session, tenant_id) / 3600)
 
 
-def refuse_over_budget(session: Session, tenant_id: str) -> None:
+def refuse_over_budget(
+    session: Session, tenant_id: str, limit: float | None | _Unread = UNREAD
+) -> None:
     """402 for new work of a tenant at or over its budget (waiting does not help: no
     Retry-After; the operator raises or clears the budget)."""
-    state = budget_state(session, tenant_id)
+    state = budget_state(session, tenant_id, limit)
     if state is None or not state.exhausted:
         return
     error = ProblemError(

@@ -68,12 +68,14 @@ def add_event(
     session.add(JobEvent(job_id=job_id, type=type_, message=message, data=data or {}))
 
 
-def create(session: Session, job: Job) -> Job:
-    """A new job row, queued; the caller enqueues it once the transaction has committed."""
+def create(session: Session, job: Job, flush: bool = True) -> Job:
+    """A new job row, queued; the caller enqueues it once the transaction has committed.
+    `flush=False`: the caller adds more of the job's events first, for one flush of them all."""
     job.status, job.enqueued_at = "queued", utcnow()
     session.add(job)
     add_event(session, job.id, "status", "job queued", {"status": "queued"})
-    session.flush()  # one flush for both rows (the job's id is ours; defaults fill in here)
+    if flush:
+        session.flush()  # one flush for both rows (the job's id is ours; defaults fill in here)
     return job
 
 

@@ -43,6 +43,7 @@ from service.db import get_read_engine
 from service.errors import render_problem
 from service.jobs.poll_cache import PollCache
 from service.jobs.schemas import JobOut
+from service.limits import loop_limiter
 from service.models import Job
 from service.problems import ProblemError, not_found
 from service.settings import get_settings
@@ -92,12 +93,7 @@ def read_job_sync(tenant: str, job_id: str) -> Response:
 
 
 def poll_limiter() -> anyio.CapacityLimiter:
-    try:
-        return _poll_limiter.get()
-    except LookupError:  # one per event loop (as anyio's own default thread limiter)
-        limiter = anyio.CapacityLimiter(POLL_CONCURRENCY)
-        _poll_limiter.set(limiter)
-        return limiter
+    return loop_limiter(_poll_limiter, POLL_CONCURRENCY)
 
 
 class AsyncReads:

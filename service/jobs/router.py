@@ -22,7 +22,7 @@ from service.jobs.schemas import (
     JobStatus,
     MetricsPage,
 )
-from service.limits import check_open_jobs
+from service.limits import SubmissionSlot, check_open_jobs
 from service.models import Job
 from service.openapi import problems
 from service.pagination import MAX_ID, MAX_INT, Page, PageDep, paginate
@@ -62,7 +62,7 @@ def _json(job: Job, status_code: int = 200) -> Response:
     "",
     status_code=201,
     response_model=JobOut,
-    dependencies=[Idempotent, Depends(check_open_jobs)],
+    dependencies=[SubmissionSlot, Idempotent, Depends(check_open_jobs)],
     responses=problems(402, 409, 413, 429),
 )
 def create_job(

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from service import open_jobs
 from service.datasets.service import find_dataset_by_reference
-from service.db import after_commit
+from service.db import after_commit, before_commit
 from service.environments import service as environments
 from service.ids import new_id
 from service.jobs import budget, lifecycle, model_checks, pausing, worker_registry
@@ -29,8 +29,8 @@ from service.models import (
 from service.problems import FieldError, conflict, invalid, not_found
 from service.settings import Settings
 from service.storage import ObjectStorage
-from service.verifiers.limits import check_sandbox_caps
-from service.verifiers.service import find_pin
+from service.verifiers.limits import Resolved, check_sandbox_caps
+from service.verifiers.service import find_version
 from service.worker import enqueue_training
 from workers.grpo.memory import MemoryEstimate
 
@@ -38,15 +38,22 @@ log = logging.getLogger(__name__)
 
 
 def _pin_verifiers(
-    session: Session, tenant_id: str, refs: list[VerifierRef], field: str
+    session: Session,
+    tenant_id: str,
+    refs: list[VerifierRef],
+    field: str,
+    read: dict[tuple[str, int | None], Resolved],
 ) -> tuple[list[dict[str, Any]], list[FieldError]]:
+    """Each reference's version (the latest when unset) and sha256; the versions read are
+    added to `read` for the sandbox count, which then reads none again."""
     pinned, errors = [], []
     for i, ref in enumerate(refs):
-        row = find_pin(session, tenant_id, ref.name, ref.version)
+        row = find_version(session, tenant_id, ref.name, ref.version)
         if row is None:
             label = ref.name if ref.version is None else f"{ref.name} version {ref.version}"
             errors.append(FieldError(path=f"$.{field}[{i}].name", message=f"no verifier {label}"))
             continue
+        read[(row.name, row.version)] = (row.version, row.kind, row.config)
         pinned.append(
             {"name": row.name, "version": row.version, "weight": ref.weight, "sha256": row.sha256}
         )
@@ -98,10 +105,13 @@ def validate_submission(
             errors.append(FieldError(path=f"$.{field}", message=why or "no such dataset"))
         else:
             datasets[field] = row
-    verifiers, verifier_errors = _pin_verifiers(session, tenant_id, body.verifiers, "verifiers")
+    read: dict[tuple[str, int | None], Resolved] = {}
+    verifiers, verifier_errors = _pin_verifiers(
+        session, tenant_id, body.verifiers, "verifiers", read
+    )
     if body.eval_verifiers is not None:
         eval_verifiers, eval_errors = _pin_verifiers(
-            session, tenant_id, body.eval_verifiers, "eval_verifiers"
+            session, tenant_id, body.eval_verifiers, "eval_verifiers", read
         )
     else:  # defaults to the training verifiers: the same pins, no second round of lookups
         eval_verifiers, eval_errors = [dict(v) for v in verifiers], []
@@ -117,6 +127,7 @@ def validate_submission(
         eval_verifiers if body.eval_dataset else [],
         settings,
         environment=body.environment is not None,
+        known=read,
     )
     estimate = None
     if base is not None:
@@ -147,8 +158,8 @@ def validate_submission(
 def create_job(
     session: Session, storage: ObjectStorage, settings: Settings, tenant_id: str, body: JobCreate
 ) -> Job:
-    """Validate the submission, store the job (402 when the tenant's budget is spent)."""
-    budget.refuse_over_budget(session, tenant_id)
+    """Validate the submission, store the job (402 when the tenant's budget is spent, 429 when
+    it has no open-jobs place left)."""
     submission = validate_submission(session, storage, settings, tenant_id, body)
     spec, base, datasets = submission.spec, submission.base, submission.datasets
     estimate = submission.estimate
@@ -165,14 +176,23 @@ def create_job(
         parent_checkpoint=base.parent.id if base.parent else None,
         memory_estimate=estimate.as_dict() if estimate else None,
     )
-    # Read before the per-tenant lock of the exact count: the lock is held for the insert only.
     unserved = not worker_registry.live_workers(session, job.queue, settings)
-    open_jobs.reserve_open_job(session, tenant_id, settings)  # exact: under a per-tenant lock
-    lifecycle.create(session, job)
+    lifecycle.create(session, job, flush=False)
     if unserved:
         worker_registry.add_no_worker_event(session, job)
+    session.flush()  # the job and its events in one flush
+    before_commit(session, lambda: _take_open_job_place(session, tenant_id, settings))
     after_commit(session, lambda: _wake_workers(job.id, body.queue, job.devices))
     return job
+
+
+def _take_open_job_place(session: Session, tenant_id: str, settings: Settings) -> None:
+    """At the commit of a transaction that made a job live: under the tenant's lock, taken
+    here so that it is held for these statements and the COMMIT alone, 402 when its budget is
+    spent, 429 when its open jobs are over the limit (`service.open_jobs`)."""
+    budget_hours = open_jobs.lock_tenant(session, tenant_id)
+    budget.refuse_over_budget(session, tenant_id, budget_hours)
+    open_jobs.refuse_over_limit(session, tenant_id, settings)
 
 
 def _wake_workers(job_id: str, queue: str, devices: int = 1) -> None:
@@ -211,12 +231,12 @@ def resume_job(session: Session, settings: Settings, job: Job) -> Job:
     """A paused job is queued again, taking an open-jobs place (a paused one holds none)."""
     if job.status != "paused":
         raise conflict(f"job '{job.id}' is {job.status}, not paused: only a paused job resumes")
-    budget.refuse_over_budget(session, job.tenant_id)  # 402: a budget's pause holds
-    open_jobs.reserve_open_job(session, job.tenant_id, settings)
     try:
         pausing.resume(session, job)
     except lifecycle.WrongStatus as exc:  # moved on since we read it (a concurrent resume)
         raise conflict(str(exc)) from None
+    tenant_id = job.tenant_id  # 402 at the commit: a budget's pause holds
+    before_commit(session, lambda: _take_open_job_place(session, tenant_id, settings))
     queue, devices = job.queue, job.devices
     after_commit(session, lambda: _wake_workers(job.id, queue, devices))
     return job

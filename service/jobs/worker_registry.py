@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -89,9 +90,20 @@ def forget(session: Session, worker_id: str) -> None:
     )
 
 
+# Submissions read liveness through a memo of this process, at most this old (and never older
+# than a heartbeat): the liveness it reports is LIVE_BEATS heartbeats wide already, and a burst
+# of submissions then costs one count a second instead of one each.
+LIVENESS_MEMO_S = 1.0
+_liveness: dict[tuple[int, str], tuple[float, int]] = {}  # (engine id, queue) -> (when, count)
+
+
 def live_workers(session: Session, queue: str, settings: Settings) -> int:
+    key, now = (id(session.get_bind()), queue), time.monotonic()
+    memo = _liveness.get(key)
+    if memo is not None and now - memo[0] < min(LIVENESS_MEMO_S, settings.heartbeat_seconds):
+        return memo[1]
     since = utcnow() - live_window(settings)
-    return (
+    count = (
         session.scalar(
             select(func.count()).where(
                 WorkerHeartbeat.queue == queue, WorkerHeartbeat.last_seen_at >= since
@@ -99,6 +111,8 @@ def live_workers(session: Session, queue: str, settings: Settings) -> int:
         )
         or 0
     )
+    _liveness[key] = (now, count)
+    return count
 
 
 def queue_capacity(session: Session, queue: str, settings: Settings) -> int | None:

@@ -20,6 +20,8 @@ from service.settings import Settings
 from service.verifiers.service import make_resolver
 from workers.verifiers import Resolver, python_leaves
 
+Resolved = tuple[int, str, dict[str, Any]]  # a verifier version's (version, kind, config)
+
 WHAT_COUNTS = "each python verifier, and each python part of a composite, is one"
 ENVIRONMENT_COUNTS = "the environment's is one, and " + WHAT_COUNTS
 
@@ -31,13 +33,15 @@ def check_sandbox_caps(
     pinned_eval_verifiers: list[dict[str, Any]],
     settings: Settings,
     environment: bool = False,
+    known: dict[tuple[str, int | None], Resolved] | None = None,
 ) -> list[FieldError]:
     """A job's python sandboxes, training and evaluation together, against
     GRPO_MAX_PYTHON_SANDBOXES_PER_JOB. `pinned_eval_verifiers` are the ones evaluation opens:
     empty without an eval_dataset, a copy of the verifiers when eval_verifiers is unset.
-    `environment`: the job names a multi-turn environment, one sandbox more."""
+    `environment`: the job names a multi-turn environment, one sandbox more. `known`: versions
+    the caller has read already, (name, version) -> (version, kind, config)."""
     cap = settings.max_python_sandboxes_per_job
-    resolve = _memoized(make_resolver(session, tenant_id))
+    resolve = _memoized(make_resolver(session, tenant_id), known)
     train = _count(pinned_verifiers, resolve) + int(environment)
     evaluation = _count(pinned_eval_verifiers, resolve)
     if train > cap:
@@ -77,9 +81,11 @@ def _count(pinned: list[dict[str, Any]], resolve: Resolver) -> int:
     return n
 
 
-def _memoized(resolve: Resolver) -> Resolver:
+def _memoized(
+    resolve: Resolver, known: dict[tuple[str, int | None], Resolved] | None = None
+) -> Resolver:
     """Each (name, version) read once: eval_verifiers usually repeat the verifiers."""
-    seen: dict[tuple[str, int | None], tuple[int, str, dict[str, Any]]] = {}
+    seen = dict(known or {})
 
     def answer(name: str, version: int | None) -> tuple[int, str, dict[str, Any]]:
         if (name, version) not in seen:

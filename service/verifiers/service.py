@@ -99,9 +99,6 @@ def version_lookup(model: Any, *columns: Any) -> tuple[Select[Any], Select[Any]]
 
 
 _ROW = version_lookup(VerifierVersion, VerifierVersion)
-_PIN = version_lookup(
-    VerifierVersion, VerifierVersion.name, VerifierVersion.version, VerifierVersion.sha256
-)
 
 
 def version_params(tenant_id: str, name: str, version: int | None) -> dict[str, Any]:
@@ -113,12 +110,6 @@ def find_version(
 ) -> VerifierVersion | None:
     stmt = _ROW[0] if version is None else _ROW[1]
     return session.scalar(stmt, version_params(tenant_id, name, version))
-
-
-def find_pin(session: Session, tenant_id: str, name: str, version: int | None = None) -> Any:
-    """As find_version, reading just (name, version, sha256): what a job pins."""
-    stmt = _PIN[0] if version is None else _PIN[1]
-    return session.execute(stmt, version_params(tenant_id, name, version)).first()
 
 
 def get_version(

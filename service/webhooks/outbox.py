@@ -13,7 +13,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import event, select
+from sqlalchemy import bindparam, event, select
 from sqlalchemy.orm import Session
 
 from service.ids import new_id
@@ -53,6 +53,12 @@ def _tenants(session: Session, job_ids: set[str]) -> dict[str, str]:
     return found
 
 
+# Built once, with a bound parameter: every flush that adds a job event runs it.
+_HOOKS = select(Webhook.id, Webhook.tenant_id, Webhook.events).where(
+    Webhook.tenant_id.in_(bindparam("tenants", expanding=True))
+)
+
+
 @event.listens_for(Session, "before_flush")
 def _announce(session: Session, _context: Any, _instances: Any) -> None:
     # An event is in `session.new` for one flush only: a failed flush rolls back both it and
@@ -65,11 +71,7 @@ def _announce(session: Session, _context: Any, _instances: Any) -> None:
     if not pending:
         return
     tenants = _tenants(session, {e.job_id for e, _ in pending})
-    hooks = session.execute(
-        select(Webhook.id, Webhook.tenant_id, Webhook.events).where(
-            Webhook.tenant_id.in_(set(tenants.values()))
-        )
-    ).all()
+    hooks = session.execute(_HOOKS, {"tenants": list(set(tenants.values()))}).all()
     for job_event, type_ in pending:
         tenant_id = tenants.get(job_event.job_id)
         matching = [h for h in hooks if h.tenant_id == tenant_id and subscribed(h.events, type_)]

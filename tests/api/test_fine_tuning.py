@@ -20,7 +20,7 @@ from service.db import make_engine
 from service.ids import new_id
 from service.models import Checkpoint, Job, JobMetric, JobUsage
 from service.models.base import utcnow
-from tests.api.server import settings_of
+from tests.api.server import LIMITS, settings_of
 from tests.api.test_files import rft_lines, upload
 from tests.e2e.services import RunningService
 
@@ -299,3 +299,17 @@ def test_trained_tokens_and_estimated_finish_come_from_our_records(
         done = sdk.fine_tuning.jobs.retrieve(job.id)
         assert done.status == "succeeded" and done.trained_tokens == 1234
         assert done.estimated_finish is None  # not running
+
+
+def test_the_open_jobs_limit_is_a_rate_limit_error(api: RunningService, chat_model: str) -> None:
+    """The limit refuses at the commit (`service.open_jobs`), after the route has answered:
+    the SDK still gets OpenAI's error, and no job is left behind."""
+    limit = int(LIMITS["GRPO_MAX_OPEN_JOBS_PER_TENANT"])
+    with sdk_for(api) as client:
+        file_id = upload(client, rft_lines(5)).id
+        for _ in range(limit):
+            create(client, chat_model, file_id)
+        with pytest.raises(openai.RateLimitError) as info:
+            create(client, chat_model, file_id)
+        assert f"the limit is {limit}" in info.value.message
+        assert len(client.fine_tuning.jobs.list().data) == limit
