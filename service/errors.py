@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -24,6 +26,11 @@ from service.problems import (
 
 log = logging.getLogger(__name__)
 POOL_RETRY_AFTER_S = 1
+DATABASE_RETRY_AFTER_S = 2
+# What the database driver raises when the database cannot be reached (down, restarting, not
+# accepting connections) or gives up on a statement: SQLAlchemy's wrapper, and psycopg's own
+# from the status poll's async reads.
+DATABASE_UNAVAILABLE = (OperationalError, psycopg.OperationalError)
 
 
 def render_problem(
@@ -39,6 +46,16 @@ def render_problem(
         media_type=PROBLEM_JSON,
         headers=headers,
     )
+
+
+def database_unavailable(exc: BaseException) -> JSONResponse:
+    """503 with Retry-After: the database is out of reach for now. Nothing was stored (the
+    request's transaction never committed), so the client retries as for any 503."""
+    log.warning("database unavailable: %s", str(exc).splitlines()[0] if str(exc) else exc)
+    problem = Problem(
+        title=status_title(503), status=503, detail="the database is unreachable: retry shortly"
+    )
+    return render_problem(problem, {"Retry-After": str(DATABASE_RETRY_AFTER_S)})
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -65,6 +82,12 @@ def install_error_handlers(app: FastAPI) -> None:
             title=status_title(503), status=503, detail="the service is busy: retry shortly"
         )
         return render_problem(problem, {"Retry-After": str(POOL_RETRY_AFTER_S)})
+
+    for error in DATABASE_UNAVAILABLE:
+
+        @app.exception_handler(error)
+        async def _database(_: Request, exc: Exception) -> JSONResponse:
+            return database_unavailable(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

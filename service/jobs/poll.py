@@ -40,7 +40,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.auth import cache as auth_cache
 from service.auth import ratelimit
 from service.db import get_read_engine
-from service.errors import render_problem
+from service.errors import DATABASE_UNAVAILABLE, database_unavailable, render_problem
 from service.jobs.poll_cache import PollCache
 from service.jobs.schemas import JobOut
 from service.limits import loop_limiter
@@ -228,3 +228,5 @@ class PollFastPath:
             return await read_job(key.tenant_id, job_id)
         except ProblemError as exc:  # the same problem+json the app's handler renders
             return render_problem(exc.problem, exc.headers)
+        except DATABASE_UNAVAILABLE as exc:  # as the app's handler: 503, not a 500
+            return database_unavailable(exc)
