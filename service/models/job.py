@@ -1,6 +1,6 @@
 from datetime import datetime
 
-from sqlalchemy import JSON, ForeignKey, Integer, String
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.models.base import Base, utcnow
@@ -22,9 +22,13 @@ class Job(Base):
     """
 
     __tablename__ = "jobs"
+    # The open-jobs count (`service.open_jobs`) reads a tenant's live jobs under its lock at
+    # every submission: by (tenant, status), it reads those rows alone, not the tenant's whole
+    # history. Its prefix serves every by-tenant read.
+    __table_args__ = (Index("ix_jobs_tenant_id_status", "tenant_id", "status"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
     dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
     eval_dataset_id: Mapped[str | None] = mapped_column(ForeignKey("datasets.id"), default=None)
     status: Mapped[str] = mapped_column(String(16), index=True, default="queued")
