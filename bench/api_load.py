@@ -90,6 +90,29 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def connections_per_process(pid: int, port: int) -> list[int]:
+    """Established connections to `port` held by each of the server's processes, most first.
+    uvicorn's workers share one listening socket and each accepts what it can: the phase's
+    connections, opened at once, can end up unevenly shared, and a worker holding more of them
+    answers each more slowly (the p99 comes from its share)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                inodes.add(fields[9])
+    counts = []
+    for p in _tree(pid):
+        try:
+            links = [os.readlink(f) for f in Path(f"/proc/{p}/fd").iterdir()]
+        except (FileNotFoundError, PermissionError):
+            continue
+        held = sum(1 for link in links if link.startswith("socket:[") and link[8:-1] in inodes)
+        if held:
+            counts.append(held)
+    return sorted(counts, reverse=True)
+
+
 def wait_up(url: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -157,15 +180,23 @@ def build_request(method: str, path: str, host: str, key: str, body: bytes | Non
 
 
 async def phase(
-    name: str, port: int, request: bytes, ok: int, seconds: float, connections: int, pid: int
-) -> dict[str, float]:
+    name: str, port: int, request: bytes, ok: int, seconds: float, connections: int, pid: int,
+    ramp_s: float = 0.0,
+) -> dict[str, float]:  # fmt: skip
     stats = Stats()
     rss_start, cpu_start = rss_mib(pid), cpu_seconds(pid)
     started = time.perf_counter()
     until = started + seconds
-    await asyncio.gather(
-        *(worker("127.0.0.1", port, request, ok, until, stats) for _ in range(connections))
-    )
+
+    async def count_shares() -> list[int]:
+        await asyncio.sleep(min(1.0, seconds / 2))  # every connection open by then
+        return connections_per_process(pid, port)
+
+    async def client(i: int) -> None:  # opened one after another over `ramp_s` seconds
+        await asyncio.sleep(ramp_s * i / connections)
+        await worker("127.0.0.1", port, request, ok, until, stats)
+
+    *_, shares = await asyncio.gather(*(client(i) for i in range(connections)), count_shares())
     elapsed = time.perf_counter() - started
     lat = sorted(stats.latencies)
     result = {
@@ -177,12 +208,14 @@ async def phase(
         "rss_start_mib": rss_start,
         "rss_end_mib": rss_mib(pid),
         "api_cpu_ms_per_request": (cpu_seconds(pid) - cpu_start) * 1000 / max(1, len(lat)),
+        "connections_per_process": shares,
     }
     print(
         f"{name:14s} {result['rps']:8.0f} req/s  p50 {result['p50_ms']:6.1f} ms  "
         f"p99 {result['p99_ms']:6.1f} ms  errors {stats.errors}  statuses {stats.statuses}  "
         f"RSS {rss_start:.0f} -> {result['rss_end_mib']:.0f} MiB  "
-        f"API CPU {result['api_cpu_ms_per_request']:.2f} ms/req",
+        f"API CPU {result['api_cpu_ms_per_request']:.2f} ms/req  "
+        f"connections per process {'/'.join(map(str, shares))}",
         flush=True,
     )
     return result
@@ -199,6 +232,14 @@ def main() -> None:
         type=int,
         default=0,
         help="GRPO_RATE_LIMIT_PER_MINUTE of the API (0: off); set it high to measure its cost.",
+    )
+    parser.add_argument(
+        "--ramp-s",
+        type=float,
+        default=0.0,
+        help="Open each phase's connections one after another over this many seconds (0: all "
+        "at once, as before). uvicorn's workers share one listening socket, and a burst of "
+        "connections tends to land on one of them; a ramp, as clients arriving, shares them.",
     )
     parser.add_argument("--json", type=Path, help="Also write the results here.")
     args = parser.parse_args()
@@ -280,21 +321,19 @@ def main() -> None:
         floor = build_request("GET", "/bare", f"127.0.0.1:{bare_port}", key)
         create = build_request("POST", "/v1/jobs", host, key, json.dumps(spec).encode())
 
+        n, ramp = args.connections, args.ramp_s
+
         async def run() -> dict[str, dict[str, float]]:
             # a short warm-up so every worker has its connections and caches
             await phase("warm-up", port, poll, 200, 3, args.connections, api.pid)
             await phase("warm-up bare", bare_port, floor, 200, 3, args.connections, bare.pid)
             floor_run = await phase(
-                "bare route", bare_port, floor, 200, args.seconds, args.connections, bare.pid
+                "bare route", bare_port, floor, 200, args.seconds, n, bare.pid, ramp
             )
-            polls = await phase(
-                "status polls", port, poll, 200, args.seconds, args.connections, api.pid
-            )
+            polls = await phase("status polls", port, poll, 200, args.seconds, n, api.pid, ramp)
             polls["of_bare_rps"] = polls["rps"] / floor_run["rps"]
             print(f"status polls at {polls['of_bare_rps']:.0%} of the bare route's rate")
-            creates = await phase(
-                "job creation", port, create, 201, args.seconds, args.connections, api.pid
-            )
+            creates = await phase("job creation", port, create, 201, args.seconds, n, api.pid, ramp)
             return {"bare_route": floor_run, "status_polls": polls, "job_creation": creates}
 
         results = asyncio.run(run())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -53,6 +54,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.storage = open_storage_from_settings(settings)
+        # What the process holds once started (the modules, their tables, the settings) lives
+        # as long as it: out of the collector's sight, a full collection scans only what the
+        # requests made since, a stall of 20-40 ms instead of 130-170 ms (bench/README.md).
+        gc.freeze()
         yield
 
     app = FastAPI(
