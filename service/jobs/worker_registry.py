@@ -90,9 +90,11 @@ def forget(session: Session, worker_id: str) -> None:
     )
 
 
-# Submissions read liveness through a memo of this process, at most this old (and never older
-# than a heartbeat): the liveness it reports is LIVE_BEATS heartbeats wide already, and a burst
-# of submissions then costs one count a second instead of one each.
+# Submissions read a queue's live workers through a memo of this process, at most this old
+# (and never older than a heartbeat): the liveness it reports is LIVE_BEATS heartbeats wide
+# already, and a burst of submissions then costs one count a second instead of one each. Only
+# a served queue is remembered: a worker that has just started must silence the `no_worker`
+# warning at once, and an unserved queue is the rare case that may pay a count each time.
 LIVENESS_MEMO_S = 1.0
 _liveness: dict[tuple[int, str], tuple[float, int]] = {}  # (engine id, queue) -> (when, count)
 
@@ -111,7 +113,10 @@ def live_workers(session: Session, queue: str, settings: Settings) -> int:
         )
         or 0
     )
-    _liveness[key] = (now, count)
+    if count:
+        _liveness[key] = (now, count)
+    else:
+        _liveness.pop(key, None)
     return count
 
 

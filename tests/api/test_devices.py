@@ -5,6 +5,7 @@ a queue no live worker serves accepts any count, with the `no_worker` warning as
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -30,8 +31,14 @@ def _submit(client: httpx.Client, dataset: str, devices: int, prompts: int = 4) 
 
 @pytest.fixture
 def two_device_worker(api: RunningService) -> Iterator[None]:
+    with _live_worker(api):
+        yield
+
+
+@contextmanager
+def _live_worker(api: RunningService) -> Iterator[None]:
     """A live heartbeat row of a worker owning 2 devices on IDLE_QUEUE (as `grpo-service
-    worker --devices 2 --queue ...` writes it), removed after the test."""
+    worker --devices 2 --queue ...` writes it), removed on the way out."""
     engine = create_engine(f"sqlite:///{api.env['GRPO_DATA_DIR']}/grpo.db")
     now = utcnow()
     with Session(engine) as session, session.begin():
@@ -88,3 +95,23 @@ def test_more_devices_than_the_live_workers_own_is_a_422(
     types = [e["type"] for e in client.get(f"/v1/jobs/{job['id']}/events").json()["data"]]
     assert "no_worker" not in types
     client.post(f"/v1/jobs/{job['id']}/cancel")
+
+
+def _warned(client: httpx.Client, dataset: str) -> bool:
+    r = _submit(client, dataset, devices=1)
+    assert r.status_code == 201, r.text
+    job = r.json()
+    types = [e["type"] for e in client.get(f"/v1/jobs/{job['id']}/events").json()["data"]]
+    client.post(f"/v1/jobs/{job['id']}/cancel")
+    return "no_worker" in types
+
+
+def test_a_worker_that_has_just_started_silences_the_warning_at_once(api: RunningService) -> None:
+    """The API remembers a served queue for a second, never an unserved one: the submission
+    right after a worker's first heartbeat gets no `no_worker` warning."""
+    client = tenant_client(api)
+    make_verifier(client)
+    dataset = make_dataset(client)
+    assert _warned(client, dataset)
+    with _live_worker(api):
+        assert not _warned(client, dataset)
