@@ -6,6 +6,7 @@ import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI
 
 from service import idempotency, openapi
@@ -35,8 +36,11 @@ from service.tensorboard.router import router as tensorboard_router
 from service.ui.router import router as ui_router
 from service.usage.router import router as usage_router
 from service.verifiers.router import router as verifiers_router
+from service.wakeups import wake_ups
 from service.webhooks.router import router as webhooks_router
 from service.whoami import router as whoami_router
+
+WAKE_UPS_DRAIN_S = 5.0  # at shutdown; what is left then is the reconciler's
 
 DESCRIPTION = """\
 GRPO training as a service. Every `/v1` route takes `Authorization: Bearer <api key>`.
@@ -59,6 +63,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # requests made since, a stall of 20-40 ms instead of 130-170 ms (bench/README.md).
         gc.freeze()
         yield
+        # Wake-ups of jobs committed just before the shutdown: published, or the reconciler's.
+        await anyio.to_thread.run_sync(wake_ups.drain, WAKE_UPS_DRAIN_S)
 
     app = FastAPI(
         title="grpo-service",

@@ -31,7 +31,7 @@ from service.settings import Settings
 from service.storage import ObjectStorage
 from service.verifiers.limits import Resolved, check_sandbox_caps
 from service.verifiers.service import find_version
-from service.worker import enqueue_training
+from service.wakeups import wake_ups
 from workers.grpo.memory import MemoryEstimate
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,7 @@ def create_job(
         worker_registry.add_no_worker_event(session, job)
     session.flush()  # the job and its events in one flush
     before_commit(session, lambda: _take_open_job_place(session, tenant_id, settings))
-    after_commit(session, lambda: _wake_workers(job.id, body.queue, job.devices))
+    after_commit(session, lambda: wake_ups.send(job.id, body.queue, job.devices))
     return job
 
 
@@ -193,15 +193,6 @@ def _take_open_job_place(session: Session, tenant_id: str, settings: Settings) -
     budget_hours = open_jobs.lock_tenant(session, tenant_id)
     budget.refuse_over_budget(session, tenant_id, budget_hours)
     open_jobs.refuse_over_limit(session, tenant_id, settings)
-
-
-def _wake_workers(job_id: str, queue: str, devices: int = 1) -> None:
-    """Send the wake-up; if the broker is down, the committed row is enough: the reconciler
-    enqueues queued jobs whose message never arrived."""
-    try:
-        enqueue_training(job_id, queue, devices)
-    except Exception:
-        log.warning("could not enqueue job %s; the reconciler will retry", job_id, exc_info=True)
 
 
 def get_job(session: Session, tenant_id: str, job_id: str) -> Job:
@@ -238,7 +229,7 @@ def resume_job(session: Session, settings: Settings, job: Job) -> Job:
     tenant_id = job.tenant_id  # 402 at the commit: a budget's pause holds
     before_commit(session, lambda: _take_open_job_place(session, tenant_id, settings))
     queue, devices = job.queue, job.devices
-    after_commit(session, lambda: _wake_workers(job.id, queue, devices))
+    after_commit(session, lambda: wake_ups.send(job.id, queue, devices))
     return job
 
 
