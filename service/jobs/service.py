@@ -176,7 +176,7 @@ def create_job(
         parent_checkpoint=base.parent.id if base.parent else None,
         memory_estimate=estimate.as_dict() if estimate else None,
     )
-    unserved = not worker_registry.live_workers(session, job.queue, settings)
+    unserved = worker_registry.queue_capacity(session, job.queue, settings) is None
     lifecycle.create(session, job, flush=False)
     if unserved:
         worker_registry.add_no_worker_event(session, job)

@@ -92,42 +92,31 @@ def forget(session: Session, worker_id: str) -> None:
 
 # Submissions read a queue's live workers through a memo of this process, at most this old
 # (and never older than a heartbeat): the liveness it reports is LIVE_BEATS heartbeats wide
-# already, and a burst of submissions then costs one count a second instead of one each. Only
+# already, and a burst of submissions then costs one read a second instead of one each. Only
 # a served queue is remembered: a worker that has just started must silence the `no_worker`
-# warning at once, and an unserved queue is the rare case that may pay a count each time.
+# warning at once, and an unserved queue is the rare case that may pay a read each time.
 LIVENESS_MEMO_S = 1.0
-_liveness: dict[tuple[int, str], tuple[float, int]] = {}  # (engine id, queue) -> (when, count)
-
-
-def live_workers(session: Session, queue: str, settings: Settings) -> int:
-    key, now = (id(session.get_bind()), queue), time.monotonic()
-    memo = _liveness.get(key)
-    if memo is not None and now - memo[0] < min(LIVENESS_MEMO_S, settings.heartbeat_seconds):
-        return memo[1]
-    since = utcnow() - live_window(settings)
-    count = (
-        session.scalar(
-            select(func.count()).where(
-                WorkerHeartbeat.queue == queue, WorkerHeartbeat.last_seen_at >= since
-            )
-        )
-        or 0
-    )
-    if count:
-        _liveness[key] = (now, count)
-    else:
-        _liveness.pop(key, None)
-    return count
+_capacity: dict[tuple[int, str], tuple[float, int]] = {}  # (engine id, queue) -> (when, devices)
 
 
 def queue_capacity(session: Session, queue: str, settings: Settings) -> int | None:
-    """The most devices a live worker of `queue` owns; None when no live worker serves it."""
+    """The most devices a live worker of `queue` owns; None when no live worker serves it
+    (`add_no_worker_event`)."""
+    key, now = (id(session.get_bind()), queue), time.monotonic()
+    memo = _capacity.get(key)
+    if memo is not None and now - memo[0] < min(LIVENESS_MEMO_S, settings.heartbeat_seconds):
+        return memo[1]
     since = utcnow() - live_window(settings)
-    return session.scalar(
+    capacity = session.scalar(
         select(func.max(WorkerHeartbeat.devices)).where(
             WorkerHeartbeat.queue == queue, WorkerHeartbeat.last_seen_at >= since
         )
     )
+    if capacity is None:
+        _capacity.pop(key, None)
+    else:
+        _capacity[key] = (now, capacity)
+    return capacity
 
 
 def check_devices(session: Session, body: JobCreate, settings: Settings) -> list[FieldError]:

@@ -4,6 +4,7 @@ a queue no live worker serves accepts any count, with the `no_worker` warning as
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -12,6 +13,7 @@ import pytest
 from sqlalchemy import create_engine, delete
 from sqlalchemy.orm import Session
 
+from service.jobs.worker_registry import LIVENESS_MEMO_S
 from service.models import WorkerHeartbeat
 from service.models.base import utcnow
 from tests.api.conftest import tenant_client
@@ -51,6 +53,7 @@ def _live_worker(api: RunningService) -> Iterator[None]:
         with Session(engine) as session, session.begin():
             session.execute(delete(WorkerHeartbeat).where(WorkerHeartbeat.worker_id == WORKER))
         engine.dispose()
+        time.sleep(LIVENESS_MEMO_S)  # the API remembers a served queue that long
 
 
 def test_devices_that_do_not_split_the_batch_are_refused(api: RunningService) -> None:
