@@ -71,6 +71,4 @@ class WakeUps:
                 )
 
 
-wake_ups = WakeUps(
-    lambda job_id, queue_name, devices: enqueue_training(job_id, queue_name, devices)
-)
+wake_ups = WakeUps(enqueue_training)

@@ -21,6 +21,7 @@ from tests.api.conftest import tenant_client
 from tests.api.helpers import job_body, make_dataset, make_verifier
 from tests.api.server import LIMITS, run_api
 from tests.e2e.services import RunningService
+from tests.e2e.test_faults import wait_for
 from tests.redis_db import API
 from tests.redis_db import redis_db as redis_db_for
 
@@ -101,13 +102,6 @@ def _queued_jobs() -> bytes:
     return b"".join(redis.Redis(db=redis_db_for(API)).lrange(QUEUE, 0, -1))
 
 
-def _wait_for(condition, what: str, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def test_a_stalled_broker_does_not_hold_up_submissions(
     api_behind_a_relay: tuple[RunningService, StallableRelay],
 ) -> None:
@@ -117,7 +111,7 @@ def test_a_stalled_broker_does_not_hold_up_submissions(
     body = job_body(make_dataset(client), queue=QUEUE)
 
     first = client.post("/v1/jobs", json=body).json()
-    _wait_for(lambda: first["id"].encode() in _queued_jobs(), "the first wake-up")
+    wait_for(lambda: first["id"].encode() in _queued_jobs(), "the first wake-up")
 
     relay.stalled.set()
     stalled = []
@@ -133,4 +127,4 @@ def test_a_stalled_broker_does_not_hold_up_submissions(
     assert not any(job.encode() in _queued_jobs() for job in stalled)  # nothing got through
 
     relay.stalled.clear()  # the held publish times out and is retried on a new connection
-    _wait_for(lambda: all(job.encode() in _queued_jobs() for job in stalled), "the held wake-ups")
+    wait_for(lambda: all(job.encode() in _queued_jobs() for job in stalled), "the held wake-ups")
