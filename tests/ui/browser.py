@@ -4,11 +4,13 @@ tests, and the few steps every test takes: log in, wait for an element, read the
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from selenium import webdriver  # a dev dependency: never skipped
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
@@ -42,8 +44,25 @@ def console_errors(driver: webdriver.Chrome) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
 
 
+class PageWait(WebDriverWait):
+    """A WebDriverWait that polls on through a page load. The login form reloads the page and
+    links navigate; a command that reaches Chromium while its document is being replaced fails
+    with "aborted by navigation", which means "not there yet", not a broken page."""
+
+    def until(self, method: Callable[[Any], Any], message: str = "") -> Any:  # noqa: ANN401
+        def through_navigation(driver: Any) -> Any:  # noqa: ANN401
+            try:
+                return method(driver)
+            except WebDriverException as error:
+                if "aborted by navigation" in (error.msg or ""):
+                    return False
+                raise
+
+        return super().until(through_navigation, message)
+
+
 def wait_for(driver: webdriver.Chrome, css: str, timeout: float = 20) -> WebElement:
-    return WebDriverWait(driver, timeout).until(lambda d: d.find_element(By.CSS_SELECTOR, css))
+    return PageWait(driver, timeout).until(lambda d: d.find_element(By.CSS_SELECTOR, css))
 
 
 def log_in(driver: webdriver.Chrome, base_url: str, key: str) -> None:

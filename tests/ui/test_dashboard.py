@@ -9,13 +9,12 @@ from pathlib import Path
 import httpx
 from selenium import webdriver
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
 from service.models import JobEvent
 from tests.client.shared import STEPS, Trained
-from tests.ui.browser import console_errors, wait_for
+from tests.ui.browser import PageWait, console_errors, wait_for
 
 
 def add_hacking_event(trained: Trained) -> None:
@@ -43,7 +42,7 @@ def test_dashboard_shows_a_finished_job(
     wait_for(browser, "#login-form")
     browser.find_element(By.ID, "api-key").send_keys("grpo_sk_wrong")
     browser.find_element(By.CSS_SELECTOR, "#login-form button").click()
-    WebDriverWait(browser, 10).until(
+    PageWait(browser, 10).until(
         lambda d: "not accepted" in d.find_element(By.ID, "login-error").text
     )
     browser.get_log("browser")  # the rejected key's 401 is expected: clear the log
@@ -55,7 +54,7 @@ def test_dashboard_shows_a_finished_job(
     assert "succeeded" in row.text and f"{STEPS}/{STEPS}" in row.text
 
     row.find_element(By.TAG_NAME, "a").click()
-    WebDriverWait(browser, 20).until(
+    PageWait(browser, 20).until(
         lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-final")
     )
     train = browser.find_element(
@@ -85,7 +84,7 @@ def test_dashboard_shows_a_finished_job(
 
     add_hacking_event(trained)
     browser.refresh()
-    banner = WebDriverWait(browser, 20).until(
+    banner = PageWait(browser, 20).until(
         lambda d: (
             d.find_element(By.ID, "hacking-banner")
             if d.find_element(By.ID, "hacking-banner").is_displayed()
@@ -122,7 +121,7 @@ def test_a_fine_tuned_job_shows_its_lineage_and_memory_plan(
     browser.find_element(By.ID, "api-key").send_keys(trained.key)
     browser.find_element(By.CSS_SELECTOR, "#login-form button").click()
     wait_for(browser, f"#jobs tr[data-job-id='{child.id}'] a").click()
-    lineage = WebDriverWait(browser, 20).until(
+    lineage = PageWait(browser, 20).until(
         lambda d: d.find_element(By.ID, "job-lineage").text or None
     )
     assert lineage == f"fine-tuned from checkpoint {final.id}"

@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 from selenium import webdriver
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select, WebDriverWait
+from selenium.webdriver.support.ui import Select
 
 from tests.client.shared import Trained
-from tests.ui.browser import console_errors, log_in, wait_for
+from tests.ui.browser import PageWait, console_errors, log_in, wait_for
 
 
 def test_the_playground_answers_with_the_base_and_a_checkpoint(
@@ -26,7 +26,7 @@ def test_the_playground_answers_with_the_base_and_a_checkpoint(
     browser.get(f"{base}/ui/jobs/{trained.job_id}")
     link = wait_for(browser, "#job-playground")
     target = f"/ui/jobs/{trained.job_id}/playground"
-    WebDriverWait(browser, 20).until(lambda d: (link.get_attribute("href") or "").endswith(target))
+    PageWait(browser, 20).until(lambda d: (link.get_attribute("href") or "").endswith(target))
     link.click()
     option = wait_for(browser, f"#playground-checkpoint option[value='{oldest['id']}']")
     Select(browser.find_element(By.ID, "playground-checkpoint")).select_by_value(oldest["id"])
@@ -38,7 +38,7 @@ def test_the_playground_answers_with_the_base_and_a_checkpoint(
     browser.find_element(By.ID, "playground-max-tokens").send_keys("12")
     browser.find_element(By.ID, "playground-run").click()
     panes = [browser.find_element(By.ID, p) for p in ("pane-base", "pane-checkpoint")]
-    WebDriverWait(browser, 120).until(
+    PageWait(browser, 120).until(
         lambda d: all(p.get_attribute("data-done") == "true" for p in panes)
     )
     browser.save_screenshot(str(tmp_path / "playground.png"))

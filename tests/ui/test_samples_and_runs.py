@@ -17,10 +17,10 @@ from selenium import webdriver
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.support.ui import Select, WebDriverWait
+from selenium.webdriver.support.ui import Select
 
 from tests.client.shared import STEPS, Trained, job_spec
-from tests.ui.browser import console_errors, log_in, wait_for
+from tests.ui.browser import PageWait, console_errors, log_in, wait_for
 
 XSS = "<img src=x onerror=window.__xss=1>"
 # Fails on odd digits, so one of the two records' rows carries a verifier error, whose
@@ -96,13 +96,13 @@ def api_rows(runs: Runs, job_id: str, **params: object) -> list[dict]:
 def open_job(browser: webdriver.Chrome, runs: Runs, job_id: str) -> None:
     log_in(browser, runs.trained.svc.base_url, runs.trained.key)
     browser.get(f"{runs.trained.svc.base_url}/ui/jobs/{job_id}")
-    WebDriverWait(browser, 30).until(
+    PageWait(browser, 30).until(
         lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-final")
     )
 
 
 def shown_step(browser: webdriver.Chrome, expected: str) -> None:
-    WebDriverWait(browser, 15).until(
+    PageWait(browser, 15).until(
         lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-samples-step") == expected
     )
 
@@ -150,13 +150,13 @@ def test_samples_view_pages_filters_and_shows_text_literally(
     screenshot(browser, "samples", runs.shots / "samples-step2.png")
 
     browser.find_element(By.ID, "samples-min").send_keys("0.5")
-    WebDriverWait(browser, 10).until(lambda d: len(samples(d)) < len(by_step[2]))
+    PageWait(browser, 10).until(lambda d: len(samples(d)) < len(by_step[2]))
     kept = [r["id"] for r in by_step[2] if r["reward"] >= 0.5]
     assert sorted(c.get_attribute("data-id") for c in samples(browser)) == sorted(kept)
     assert all(float(c.get_attribute("data-reward")) >= 0.5 for c in samples(browser))
     browser.find_element(By.ID, "samples-min").clear()
     browser.find_element(By.ID, "samples-errors").click()
-    WebDriverWait(browser, 10).until(
+    PageWait(browser, 10).until(
         lambda d: all("has-error" in c.get_attribute("class") for c in samples(d))
     )
     assert len(samples(browser)) == sum(1 for r in by_step[2] if r["errors"])
@@ -164,7 +164,7 @@ def test_samples_view_pages_filters_and_shows_text_literally(
     Select(browser.find_element(By.ID, "samples-split")).select_by_value("eval")
     shown_step(browser, f"eval-{STEPS}")
     browser.find_element(By.ID, "samples-errors").click()
-    WebDriverWait(browser, 10).until(lambda d: len(samples(d)) > 0)
+    PageWait(browser, 10).until(lambda d: len(samples(d)) > 0)
     assert all("adv —" in c.text for c in samples(browser))  # eval rows have no advantage
     assert console_errors(browser) == []
 
@@ -176,7 +176,7 @@ def test_diff_shows_one_record_at_two_steps(runs: Runs, browser: webdriver.Chrom
     record.select_by_index(1)
     chosen = record.first_selected_option.get_attribute("value")
     Select(browser.find_element(By.ID, "diff-a")).select_by_value("1")
-    WebDriverWait(browser, 10).until(
+    PageWait(browser, 10).until(
         lambda d: (
             [c.get_attribute("data-step") for c in samples(d, "#diff .diff-col")]
             == ["1", str(STEPS)]
@@ -210,7 +210,7 @@ def test_charts_per_verifier_smoothing_and_tooltip(runs: Runs, browser: webdrive
     assert browser.find_elements(By.CSS_SELECTOR, "#chart-reward polyline.raw")
     chart = browser.find_element(By.CSS_SELECTOR, "#chart-kl svg")
     ActionChains(browser).move_to_element(chart).perform()
-    tip = WebDriverWait(browser, 5).until(
+    tip = PageWait(browser, 5).until(
         lambda d: (
             d.find_element(By.ID, "chart-tip")
             if d.find_element(By.ID, "chart-tip").is_displayed()
@@ -234,7 +234,7 @@ def test_compare_overlays_the_picked_runs(runs: Runs, browser: webdriver.Chrome)
     for job_id in (runs.trained.job_id, runs.xss_job):
         browser.find_element(By.CSS_SELECTOR, f"#jobs tr[data-job-id='{job_id}'] .pick").click()
     compare.click()
-    WebDriverWait(browser, 20).until(
+    PageWait(browser, 20).until(
         lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-drawn") == "2"
     )
     lines = samples(browser, "#compare-reward_mean polyline[data-series]")
@@ -251,14 +251,14 @@ def test_compare_overlays_the_picked_runs(runs: Runs, browser: webdriver.Chrome)
 def test_cancel_a_live_job_after_confirming(runs: Runs, browser: webdriver.Chrome) -> None:
     log_in(browser, runs.trained.svc.base_url, runs.trained.key)
     browser.get(f"{runs.trained.svc.base_url}/ui/jobs/{runs.live_job}")
-    button = WebDriverWait(browser, 20).until(
+    button = PageWait(browser, 20).until(
         lambda d: (
             d.find_element(By.ID, "job-cancel")
             if d.find_element(By.ID, "job-cancel").is_displayed()
             else None
         )
     )
-    WebDriverWait(browser, 20).until(
+    PageWait(browser, 20).until(
         lambda d: "rollouts: none" in d.find_element(By.ID, "samples-empty").text
     )
     button.click()
@@ -266,14 +266,12 @@ def test_cancel_a_live_job_after_confirming(runs: Runs, browser: webdriver.Chrom
     assert browser.find_element(By.ID, "job-status").text in ("queued", "running")
     button.click()
     browser.switch_to.alert.accept()
-    WebDriverWait(browser, 20).until(
+    PageWait(browser, 20).until(
         lambda d: d.find_element(By.ID, "job-status").text in ("cancelling", "cancelled")
     )
     with runs.trained.client() as grpo:
         assert grpo.jobs.wait(runs.live_job, timeout=120).status == "cancelled"
-    WebDriverWait(browser, 20).until(
-        lambda d: d.find_element(By.ID, "job-status").text == "cancelled"
-    )
+    PageWait(browser, 20).until(lambda d: d.find_element(By.ID, "job-status").text == "cancelled")
     assert not browser.find_element(By.ID, "job-cancel").is_displayed()
     browser.save_screenshot(str(runs.shots / "cancelled.png"))
     assert console_errors(browser) == []
