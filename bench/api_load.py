@@ -1,13 +1,14 @@
 """API load benchmark: job-status polling and job creation against a production-mode API,
 measured against its floor.
 
-Starts everything itself: a fresh PostgreSQL database, `uvicorn service.main:app --workers N`
-(Redis broker on a db number of its own, local object storage), one tenant, and beside it the
-floor: a bare FastAPI route (`bench/bare_app.py`, the same response bytes) on the same uvicorn
-options and worker count. Then, for each phase, keeps C keep-alive connections busy for D
-seconds with a small asyncio HTTP/1.1 client (no third-party load tool needed) and prints
-requests/s, p50/p99 latency, errors and the API's RSS (all worker processes) at start and
-end. The status-poll rate is also printed as a fraction of the bare route's: a figure that
+Starts everything itself: a fresh PostgreSQL database, `grpo-service api --workers N` (Redis
+broker on a db number of its own, local object storage), one tenant, and beside it the floor:
+a bare FastAPI route (`bench/bare_app.py`, the same response bytes) served the same way (N
+processes sharing the port, the same HTTP protocol and options). Then, for each phase, keeps C
+keep-alive connections busy for D seconds with a small asyncio HTTP/1.1 client (no third-party
+load tool needed) and prints requests/s, p50/p99 latency, errors (a `Connection: close`
+answer is no error: the client reconnects, as any does) and the API's RSS (all processes) at
+start and end. The status-poll rate is also printed as a fraction of the bare route's: a figure that
 depends far less on the machine (and on whatever else runs on it) than requests/s.
 
     .venv/bin/python bench/api_load.py --seconds 60 --workers 2
@@ -33,7 +34,6 @@ import httpx
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from service.http_limits import uvicorn_options  # noqa: E402
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432"
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +52,7 @@ def free_port() -> int:
 
 
 def _tree(pid: int) -> list[int]:
-    """A process and its descendants (uvicorn's workers)."""
+    """A process and its descendants (the API's processes)."""
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
@@ -92,9 +92,8 @@ def cpu_seconds(pid: int) -> float:
 
 def connections_per_process(pid: int, port: int) -> list[int]:
     """Established connections to `port` held by each of the server's processes, most first.
-    uvicorn's workers share one listening socket and each accepts what it can: the phase's
-    connections, opened at once, can end up unevenly shared, and a worker holding more of them
-    answers each more slowly (the p99 comes from its share)."""
+    A process holding more of them answers each more slowly (the p99 comes from its share):
+    `service.connection_shares` keeps the shares even."""
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
@@ -130,20 +129,30 @@ def wait_up(url: str, timeout_s: float = 60) -> None:
 class Stats:
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
+    reconnects: int = 0
     statuses: dict[int, int] = field(default_factory=dict)
 
 
-async def _read_response(reader: asyncio.StreamReader) -> int:
+@dataclass
+class Answer:
+    status: int
+    close: bool  # `Connection: close`: the server ends the connection after this answer
+
+
+async def _read_response(reader: asyncio.StreamReader) -> Answer:
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.split(b"\r\n")
     status = int(lines[0].split()[1])
-    length = 0
+    length, close = 0, False
     for line in lines[1:]:
-        if line[:15].lower() == b"content-length:":
-            length = int(line[15:])
+        name, _, value = line.partition(b":")
+        if name.lower() == b"content-length":
+            length = int(value)
+        elif name.lower() == b"connection":
+            close = b"close" in value.lower()
     if length:
         await reader.readexactly(length)
-    return status
+    return Answer(status, close)
 
 
 async def worker(host: str, port: int, request: bytes, ok: int, until: float, stats: Stats) -> None:
@@ -153,16 +162,20 @@ async def worker(host: str, port: int, request: bytes, ok: int, until: float, st
             started = time.perf_counter()
             writer.write(request)
             try:
-                status = await _read_response(reader)
+                answer = await _read_response(reader)
             except (asyncio.IncompleteReadError, ConnectionError):
                 stats.errors += 1
                 writer.close()
                 reader, writer = await asyncio.open_connection(host, port)
                 continue
             stats.latencies.append(time.perf_counter() - started)
-            stats.statuses[status] = stats.statuses.get(status, 0) + 1
-            if status != ok:
+            stats.statuses[answer.status] = stats.statuses.get(answer.status, 0) + 1
+            if answer.status != ok:
                 stats.errors += 1
+            if answer.close:  # as any HTTP/1.1 client: the next request on a new connection
+                writer.close()
+                stats.reconnects += 1
+                reader, writer = await asyncio.open_connection(host, port)
     finally:
         writer.close()
 
@@ -205,6 +218,7 @@ async def phase(
         "p50_ms": lat[len(lat) // 2] * 1000 if lat else float("nan"),
         "p99_ms": lat[int(len(lat) * 0.99)] * 1000 if lat else float("nan"),
         "errors": stats.errors,
+        "reconnects": stats.reconnects,
         "rss_start_mib": rss_start,
         "rss_end_mib": rss_mib(pid),
         "api_cpu_ms_per_request": (cpu_seconds(pid) - cpu_start) * 1000 / max(1, len(lat)),
@@ -213,6 +227,7 @@ async def phase(
     print(
         f"{name:14s} {result['rps']:8.0f} req/s  p50 {result['p50_ms']:6.1f} ms  "
         f"p99 {result['p99_ms']:6.1f} ms  errors {stats.errors}  statuses {stats.statuses}  "
+        f"reconnects {stats.reconnects}  "
         f"RSS {rss_start:.0f} -> {result['rss_end_mib']:.0f} MiB  "
         f"API CPU {result['api_cpu_ms_per_request']:.2f} ms/req  "
         f"connections per process {'/'.join(map(str, shares))}",
@@ -224,7 +239,7 @@ async def phase(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="Length of each phase.")
-    parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes.")
+    parser.add_argument("--workers", type=int, default=2, help="API processes.")
     parser.add_argument("--connections", type=int, default=32, help="Concurrent connections.")
     parser.add_argument("--redis-db", type=int, default=13, help="Redis db number to use.")
     parser.add_argument(
@@ -238,8 +253,7 @@ def main() -> None:
         type=float,
         default=0.0,
         help="Open each phase's connections one after another over this many seconds (0: all "
-        "at once, as before). uvicorn's workers share one listening socket, and a burst of "
-        "connections tends to land on one of them; a ramp, as clients arriving, shares them.",
+        "at once): as clients arriving one by one rather than together.",
     )
     parser.add_argument("--json", type=Path, help="Also write the results here.")
     args = parser.parse_args()
@@ -260,9 +274,16 @@ def main() -> None:
     }
     psql(f"CREATE DATABASE {db}")
     api = bare = None
-    # Both servers as `grpo-service api` runs: its HTTP protocol and limits, N workers.
-    uvicorn = [sys.executable, "-m", "uvicorn", "--workers", str(args.workers), "--no-access-log",
-               "--log-level", "warning", *uvicorn_options()]  # fmt: skip
+
+    # Both servers as `grpo-service api --workers N` runs them (the bare app through the same
+    # supervisor and process commands).
+    def serve(app: str, port: int) -> list[str]:
+        launch = (
+            "import sys; from service.supervisor import Supervisor, api_commands; sys.exit("
+            f"Supervisor(api_commands('127.0.0.1', {port}, {args.workers}, {app!r})).run())"
+        )
+        return [sys.executable, "-c", launch]
+
     try:
         cli = [sys.executable, "-m", "service.cli"]
         subprocess.run([*cli, "migrate"], env=env, check=True, capture_output=True, cwd=ROOT)
@@ -276,7 +297,7 @@ def main() -> None:
         )  # fmt: skip
         key = out.stdout.strip().splitlines()[-1]
         api = subprocess.Popen(
-            [*uvicorn, "service.main:app", "--port", str(port)],
+            serve("service.main:app", port),
             env=env, cwd=ROOT, start_new_session=True,
         )  # fmt: skip
         base = f"http://127.0.0.1:{port}"
@@ -306,14 +327,14 @@ def main() -> None:
         job = client.post("/v1/jobs", json=spec).json()
         bare_port = free_port()
         bare = subprocess.Popen(
-            [*uvicorn, "bench.bare_app:app", "--port", str(bare_port)],
+            serve("bench.bare_app:app", bare_port),
             env={**env, "BENCH_BARE_BODY": client.get(f"/v1/jobs/{job['id']}").text},
             cwd=ROOT, start_new_session=True,
         )  # fmt: skip
         wait_up(f"http://127.0.0.1:{bare_port}/bare")
         host = f"127.0.0.1:{port}"
         print(
-            f"API: uvicorn --workers {args.workers} on PostgreSQL; {args.connections} "
+            f"API: {args.workers} processes on PostgreSQL; {args.connections} "
             f"connections, {args.seconds:.0f} s per phase, {os.cpu_count()} CPUs",
             flush=True,
         )

@@ -13,7 +13,7 @@ from rich.console import Console
 from service.auth.cli import app as keys_app
 from service.catalog.cli import app as models_app
 from service.secrets.cli import app as secrets_app
-from service.supervisor import Supervisor, api_command, serve_command, worker_command
+from service.supervisor import Supervisor, api_commands, serve_command, worker_command
 from service.usage.cli import app as tenants_app
 
 app = typer.Typer(
@@ -53,10 +53,15 @@ def migrate() -> None:
 def api(
     host: HostOpt = "127.0.0.1",
     port: PortOpt = 8000,
-    workers: Annotated[int, typer.Option(min=1, help="uvicorn processes (one per core).")] = 1,
+    workers: Annotated[
+        int, typer.Option(min=1, help="API processes (one per core), sharing the port.")
+    ] = 1,
 ) -> None:
     """Run the REST API (uvicorn)."""
-    raise typer.Exit(Supervisor([api_command(host, port, workers)]).run())
+    from service.api_process import claim_port
+
+    claim_port(host, port)
+    raise typer.Exit(Supervisor(api_commands(host, port, workers), restart=True).run())
 
 
 @app.command()
@@ -123,7 +128,7 @@ def up(
     mode = "embedded" if settings.embedded else "production"
     _log_sandbox_mode()
     console.print(f"grpo-service up ({mode}) on http://{host}:{port}, data in {settings.data_path}")
-    commands = [api_command(host, port), worker_command("gpu")]
+    commands = [*api_commands(host, port), worker_command("gpu")]
     if serve and not settings.inference_url:
         commands.append(_embedded_serve(serve_port or _free_port_near(port + 1)))
     with registered(["gpu"], settings):

@@ -107,7 +107,7 @@ async def key_is_valid(secret: str) -> bool:
     return key is not None
 
 
-def get_storage(request: Request) -> ObjectStorage:
+async def get_storage(request: Request) -> ObjectStorage:
     return request.app.state.storage
 
 

@@ -14,13 +14,23 @@ from service.settings import Settings, get_settings
 PROTOCOL = "service.http_protocol:BoundedHttpToolsProtocol"
 
 
-def uvicorn_options(settings: Settings | None = None) -> list[str]:
+def server_options(settings: Settings | None = None) -> dict[str, str | int]:
+    """The options as `uvicorn.Config` takes them (`service/api_process.py`)."""
     settings = settings or get_settings()
-    return [
-        "--http", PROTOCOL,
-        "--timeout-keep-alive", str(settings.http_keepalive_s),
-        "--limit-concurrency", str(settings.http_limit_concurrency),
-        "--backlog", str(settings.http_backlog),
+    return {
+        "http": PROTOCOL,
+        "timeout_keep_alive": settings.http_keepalive_s,
+        "limit_concurrency": settings.http_limit_concurrency,
+        "backlog": settings.http_backlog,
         # Only h11 reads it (the protocol above bounds headers itself); set for a fallback.
-        "--h11-max-incomplete-event-size", str(settings.http_max_header_bytes),
-    ]  # fmt: skip
+        "h11_max_incomplete_event_size": settings.http_max_header_bytes,
+    }
+
+
+def uvicorn_options(settings: Settings | None = None) -> list[str]:
+    """The same options on uvicorn's command line."""
+    return [
+        part
+        for name, value in server_options(settings).items()
+        for part in (f"--{name.replace('_', '-')}", str(value))
+    ]

@@ -10,6 +10,9 @@
   Not counted while uvicorn itself has paused reading (the application is behind, not the
   client). A large upload on a slow but steady link is never cut off.
 - **Header bytes** (`GRPO_HTTP_MAX_HEADER_BYTES`): the request line plus headers; beyond, 431.
+- **Even shares**: an API process holding more than its share of the server's connections
+  answers with `Connection: close`, so that the client's next connection may land on another
+  (`service.connection_shares`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from service.connection_shares import ConnectionShares, shares_for
 from service.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -40,6 +44,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._header_bytes = 0
         self._headers_too_large = False
         self._deadline: asyncio.TimerHandle | None = None
+        self._shares: ConnectionShares | None = None
 
     # Deadlines
     def _arm(self, seconds: float, on_expiry: Callable[[], None]) -> None:
@@ -84,9 +89,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm(self._header_timeout, self._headers_timed_out)
+        listening = transport.get_extra_info("sockname")
+        if isinstance(listening, tuple):  # TCP (a Unix socket has a path: no shares)
+            self._shares = shares_for(listening[1])
+            if self._shares is not None:
+                self._shares.opened()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._shares is not None:
+            self._shares.closed()
+            self._shares = None
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
@@ -113,6 +126,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # A body may follow: from now on its pauses are timed (disarmed when it is complete).
         self._arm(self._body_timeout, self._body_timed_out)
         super().on_headers_complete()
+        cycle = self.cycle  # this request's (none for an upgrade)
+        if (
+            self._shares
+            and cycle
+            and not cycle.response_complete
+            and self._shares.should_close_one()
+        ):
+            cycle.keep_alive = False  # answered with `Connection: close`
 
     def on_body(self, body: bytes) -> None:
         self._arm(self._body_timeout, self._body_timed_out)

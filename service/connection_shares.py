@@ -1,0 +1,124 @@
+"""Keep-alive connections shared evenly between the API's processes.
+
+The kernel spreads new connections over the processes' sockets by a hash of the client's
+address (`service/api_process.py`), and a hash leaves 32 connections on two processes at 20
+and 12, or further apart, about one time in five (binomially); the clients of the process
+holding more wait longer for each answer (the p99 of `bench/api_load.py` follows the busier
+process's share).
+So each process publishes how many connections it holds, and one holding more than an even
+share answers a request with `Connection: close`: the client reconnects (every HTTP/1.1
+client does) from a new port, which hashes anew. HAProxy and gRPC's max connection age
+rebalance the same way.
+
+The counts live in one small file per process, in a directory named after the user and the
+listening port (`/dev/shm` where there is one): the processes of one server find each other
+there, and a single-process server is alone in its directory, so it never closes a
+connection for balance. A file whose process has died is not counted.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import struct
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# A process moves at most one connection per this long: a moved connection takes a round trip
+# to land again, and the counts are read again before the next one is moved.
+CHECK_EVERY_S = 0.05
+_COUNT = struct.Struct("<q")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ConnectionShares:
+    """This process's count of open connections, published for its siblings, and the test of
+    whether it holds more than an even share of all of them."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.directory = directory
+        self.pid = os.getpid()
+        self._path = directory / str(self.pid)
+        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        self.held = 0
+        self._checked_at = float("-inf")
+        self._publish()
+        atexit.register(self.close)
+
+    def opened(self) -> None:
+        self.held += 1
+        self._publish()
+
+    def closed(self) -> None:
+        self.held = max(0, self.held - 1)
+        self._publish()
+
+    def should_close_one(self) -> bool:
+        """Whether to end one connection after its answer: this process holds more than its
+        even share (rounded up) of all the processes' connections. Decided at most once per
+        `CHECK_EVERY_S`, on counts read then, so that the moved connection shows in the counts
+        before another is moved."""
+        now = time.monotonic()
+        if now - self._checked_at < CHECK_EVERY_S:
+            return False
+        self._checked_at = now
+        others = self._read_others()
+        if not others:
+            return False
+        total = self.held + sum(others)
+        return self.held > -(-total // (len(others) + 1))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        with contextlib.suppress(OSError):
+            self._path.unlink()
+        with contextlib.suppress(OSError):
+            self.directory.rmdir()  # the last process out
+
+    def _publish(self) -> None:
+        os.pwrite(self._fd, _COUNT.pack(self.held), 0)
+
+    def _read_others(self) -> list[int]:
+        counts = []
+        for path in self.directory.iterdir():
+            if not path.name.isdigit() or int(path.name) == self.pid:
+                continue
+            if not _alive(int(path.name)):
+                with contextlib.suppress(OSError):
+                    path.unlink()  # a process that died without cleaning up
+                continue
+            with contextlib.suppress(OSError, struct.error):
+                counts.append(_COUNT.unpack(path.read_bytes()[: _COUNT.size])[0])
+        return counts
+
+
+_by_port: dict[int, ConnectionShares | None] = {}
+
+
+def shares_for(port: int) -> ConnectionShares | None:
+    """This process's counter for the server listening on `port`; None, and no balancing,
+    where no directory for the counts can be made."""
+    if port not in _by_port:
+        root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+        try:
+            _by_port[port] = ConnectionShares(root / f"grpo-connections-{os.getuid()}-{port}")
+        except OSError as exc:
+            log.warning("connections are not balanced between processes: %s", exc)
+            _by_port[port] = None
+    return _by_port[port]
