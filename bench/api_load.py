@@ -36,6 +36,13 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432"
+MORE_KEYS = """
+import sys
+from service.auth.service import new_api_key
+from service.db import session_scope
+with session_scope() as session:
+    print(*(new_api_key(session, f"bench-{i}", "full")[1] for i in range(int(sys.argv[1]))))
+"""
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -180,6 +187,23 @@ async def worker(host: str, port: int, request: bytes, ok: int, until: float, st
         writer.close()
 
 
+def job_spec(client: httpx.Client) -> dict[str, object]:
+    """A job of the tiny model on a dataset and verifier of the client's tenant, made here."""
+    client.post(
+        "/v1/verifiers",
+        json={"name": "em", "kind": "exact_match", "config": {"field": "answer"}},
+    ).raise_for_status()
+    records = [{"prompt": f"Digit {i}:", "answer": str(i)} for i in range(10)]
+    ds = client.post("/v1/datasets", json={"name": "d", "records": records})
+    ds.raise_for_status()
+    return {
+        "base_model": "tiny",
+        "dataset": ds.json()["id"],
+        "verifiers": [{"name": "em"}],
+        "queue": "bench-nobody-listens",  # stays queued: no worker trains in the bench
+    }
+
+
 def build_request(method: str, path: str, host: str, key: str, body: bytes | None = None) -> bytes:
     lines = [
         f"{method} {path} HTTP/1.1",
@@ -193,9 +217,11 @@ def build_request(method: str, path: str, host: str, key: str, body: bytes | Non
 
 
 async def phase(
-    name: str, port: int, request: bytes, ok: int, seconds: float, connections: int, pid: int,
-    ramp_s: float = 0.0,
+    name: str, port: int, request: bytes | list[bytes], ok: int, seconds: float,
+    connections: int, pid: int, ramp_s: float = 0.0,
 ) -> dict[str, float]:  # fmt: skip
+    """`request` each connection sends; a list: connection i sends the i-th (round robin)."""
+    requests = request if isinstance(request, list) else [request]
     stats = Stats()
     rss_start, cpu_start = rss_mib(pid), cpu_seconds(pid)
     started = time.perf_counter()
@@ -207,7 +233,7 @@ async def phase(
 
     async def client(i: int) -> None:  # opened one after another over `ramp_s` seconds
         await asyncio.sleep(ramp_s * i / connections)
-        await worker("127.0.0.1", port, request, ok, until, stats)
+        await worker("127.0.0.1", port, requests[i % len(requests)], ok, until, stats)
 
     *_, shares = await asyncio.gather(*(client(i) for i in range(connections)), count_shares())
     elapsed = time.perf_counter() - started
@@ -225,7 +251,7 @@ async def phase(
         "connections_per_process": shares,
     }
     print(
-        f"{name:14s} {result['rps']:8.0f} req/s  p50 {result['p50_ms']:6.1f} ms  "
+        f"{name:22s} {result['rps']:8.0f} req/s  p50 {result['p50_ms']:6.1f} ms  "
         f"p99 {result['p99_ms']:6.1f} ms  errors {stats.errors}  statuses {stats.statuses}  "
         f"reconnects {stats.reconnects}  "
         f"RSS {rss_start:.0f} -> {result['rss_end_mib']:.0f} MiB  "
@@ -254,6 +280,14 @@ def main() -> None:
         default=0.0,
         help="Open each phase's connections one after another over this many seconds (0: all "
         "at once): as clients arriving one by one rather than together.",
+    )
+    parser.add_argument(
+        "--tenants",
+        type=int,
+        default=1,
+        help="Also run the creation phase with the connections spread over this many tenants "
+        "(connection i submits as tenant i mod N): one tenant's submissions commit one at a "
+        "time (its exact open-jobs limit), different tenants' side by side.",
     )
     parser.add_argument("--json", type=Path, help="Also write the results here.")
     args = parser.parse_args()
@@ -296,6 +330,10 @@ def main() -> None:
             env=env, check=True, capture_output=True, text=True, cwd=ROOT,
         )  # fmt: skip
         key = out.stdout.strip().splitlines()[-1]
+        others = subprocess.run(  # one process for all: a key costs a migrate-free session
+            [sys.executable, "-c", MORE_KEYS, str(args.tenants - 1)],
+            env=env, check=True, capture_output=True, text=True, cwd=ROOT,
+        ).stdout.split()  # fmt: skip
         api = subprocess.Popen(
             serve("service.main:app", port),
             env=env, cwd=ROOT, start_new_session=True,
@@ -312,18 +350,7 @@ def main() -> None:
             if time.monotonic() > deadline:
                 raise SystemExit("API did not become ready")
             time.sleep(0.3)
-        client.post(
-            "/v1/verifiers",
-            json={"name": "em", "kind": "exact_match", "config": {"field": "answer"}},
-        ).raise_for_status()
-        records = [{"prompt": f"Digit {i}:", "answer": str(i)} for i in range(10)]
-        ds = client.post("/v1/datasets", json={"name": "d", "records": records})
-        spec = {
-            "base_model": "tiny",
-            "dataset": ds.json()["id"],
-            "verifiers": [{"name": "em"}],
-            "queue": "bench-nobody-listens",  # stays queued: no worker trains in the bench
-        }
+        spec = job_spec(client)
         job = client.post("/v1/jobs", json=spec).json()
         bare_port = free_port()
         bare = subprocess.Popen(
@@ -341,6 +368,11 @@ def main() -> None:
         poll = build_request("GET", f"/v1/jobs/{job['id']}", host, key)
         floor = build_request("GET", "/bare", f"127.0.0.1:{bare_port}", key)
         create = build_request("POST", "/v1/jobs", host, key, json.dumps(spec).encode())
+        spread = [create]
+        for other in others:
+            with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {other}"}) as c:
+                body = json.dumps(job_spec(c)).encode()
+            spread.append(build_request("POST", "/v1/jobs", host, other, body))
 
         n, ramp = args.connections, args.ramp_s
 
@@ -355,7 +387,13 @@ def main() -> None:
             polls["of_bare_rps"] = polls["rps"] / floor_run["rps"]
             print(f"status polls at {polls['of_bare_rps']:.0%} of the bare route's rate")
             creates = await phase("job creation", port, create, 201, args.seconds, n, api.pid, ramp)
-            return {"bare_route": floor_run, "status_polls": polls, "job_creation": creates}
+            results = {"bare_route": floor_run, "status_polls": polls, "job_creation": creates}
+            if len(spread) > 1:
+                results["job_creation_tenants"] = await phase(
+                    f"creation, {len(spread)} tenants", port, spread, 201, args.seconds, n,
+                    api.pid, ramp,
+                )  # fmt: skip
+            return results
 
         results = asyncio.run(run())
         if args.json:

@@ -71,8 +71,9 @@ class ConnectionShares:
     def should_close_one(self) -> bool:
         """Whether to end one connection after its answer: this process holds more than its
         even share (rounded up) of all the processes' connections. Decided at most once per
-        `CHECK_EVERY_S`, on counts read then, so that the moved connection shows in the counts
-        before another is moved."""
+        `CHECK_EVERY_S`, on counts read then. The connection it says yes for is counted out at
+        once (the caller does not report its close): its answer may take a while yet, and
+        counted until then it would send others after it, more than the excess."""
         now = time.monotonic()
         if now - self._checked_at < CHECK_EVERY_S:
             return False
@@ -81,7 +82,10 @@ class ConnectionShares:
         if not others:
             return False
         total = self.held + sum(others)
-        return self.held > -(-total // (len(others) + 1))
+        if self.held <= -(-total // (len(others) + 1)):
+            return False
+        self.closed()
+        return True
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

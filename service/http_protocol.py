@@ -134,6 +134,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             and self._shares.should_close_one()
         ):
             cycle.keep_alive = False  # answered with `Connection: close`
+            self._shares = None  # counted out already
 
     def on_body(self, body: bytes) -> None:
         self._arm(self._body_timeout, self._body_timed_out)

@@ -72,7 +72,8 @@ async def check_open_jobs(session: SessionDep, tenant: TenantDep, settings: Sett
     one for a tenant under its limit."""
     if not open_jobs.refused_recently(tenant):
         return
-    count = await run_in_threadpool(open_jobs.count_open_jobs, session, tenant)
+    limit = settings.max_open_jobs_per_tenant
+    count = await run_in_threadpool(open_jobs.count_open_jobs, session, tenant, limit)
     problem = open_jobs.over_limit(count, settings)
     if problem is not None:
         raise problem

@@ -48,13 +48,12 @@ def test_a_process_over_its_share_closes_one_at_a_time(tmp_path: Path) -> None:
         for _ in range(6):
             shares.opened()
         assert shares.should_close_one()  # 6 of 8 between two: over the even 4
+        assert shares.held == 5  # counted out at once: its answer may take a while
         assert not shares.should_close_one()  # one at a time: not again at once
         assert not (directory / str(gone.pid)).exists()
-        for _ in range(2):
-            shares.closed()
-        time.sleep(CHECK_EVERY_S * 2)
-        assert shares.should_close_one()  # 4 of 6: still over 3
-        shares.closed()
+        for held in (4, 3):  # 5 of 7 over 4, 4 of 6 over 3
+            time.sleep(CHECK_EVERY_S * 2)
+            assert shares.should_close_one() and shares.held == held
         time.sleep(CHECK_EVERY_S * 2)
         assert not shares.should_close_one()  # 3 of 5: its even share, rounded up
         assert (directory / str(shares.pid)).read_bytes() == (3).to_bytes(8, "little")
