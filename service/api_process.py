@@ -20,7 +20,7 @@ import sys
 
 import uvicorn
 
-from service.connection_shares import shares_for
+from service.connection_shares import start_sharing, stop_sharing
 from service.http_limits import server_options
 
 
@@ -47,12 +47,21 @@ def claim_port(host: str, port: int) -> None:
 
 def serve(app: str, host: str, port: int, shared: bool, factory: bool = False) -> None:
     sock = listening_socket(host, port, shared)
-    # Counted from the start, with no connection yet: the others then send this one its share.
-    shares_for(sock.getsockname()[1])
+    if shared:  # counted from the start, with no connection yet: the others send it its share
+        start_sharing(port)
     config = uvicorn.Config(
         app, host=host, port=port, factory=factory, access_log=False, **server_options()
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    SharingServer(config).run(sockets=[sock])
+
+
+class SharingServer(uvicorn.Server):
+    """Removes its connection count at shutdown: uvicorn ends the process by raising the
+    signal that stopped it again, so no `atexit` handler would run."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        stop_sharing()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,7 +18,6 @@ connection for balance. A file whose process has died is not counted.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
@@ -58,7 +57,6 @@ class ConnectionShares:
         self.held = 0
         self._checked_at = float("-inf")
         self._publish()
-        atexit.register(self.close)
 
     def opened(self) -> None:
         self.held += 1
@@ -88,19 +86,27 @@ class ConnectionShares:
         return True
 
     def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd < 0:
+            return
         with contextlib.suppress(OSError):
-            os.close(self._fd)
+            os.close(fd)
         with contextlib.suppress(OSError):
             self._path.unlink()
         with contextlib.suppress(OSError):
             self.directory.rmdir()  # the last process out
 
     def _publish(self) -> None:
-        os.pwrite(self._fd, _COUNT.pack(self.held), 0)
+        if self._fd >= 0:  # closed: the server has shut down
+            os.pwrite(self._fd, _COUNT.pack(self.held), 0)
 
     def _read_others(self) -> list[int]:
         counts = []
-        for path in self.directory.iterdir():
+        try:
+            paths = list(self.directory.iterdir())
+        except OSError:  # removed under it (by hand): no siblings to be seen
+            return counts
+        for path in paths:
             if not path.name.isdigit() or int(path.name) == self.pid:
                 continue
             if not _alive(int(path.name)):
@@ -112,17 +118,28 @@ class ConnectionShares:
         return counts
 
 
-_by_port: dict[int, ConnectionShares | None] = {}
+_shares: ConnectionShares | None = None
 
 
-def shares_for(port: int) -> ConnectionShares | None:
-    """This process's counter for the server listening on `port`; None, and no balancing,
-    where no directory for the counts can be made."""
-    if port not in _by_port:
-        root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-        try:
-            _by_port[port] = ConnectionShares(root / f"grpo-connections-{os.getuid()}-{port}")
-        except OSError as exc:
-            log.warning("connections are not balanced between processes: %s", exc)
-            _by_port[port] = None
-    return _by_port[port]
+def start_sharing(port: int) -> None:
+    """Count this process's connections among those of the others serving `port` (an API
+    process started with `--shared`); no balancing where no directory for the counts can be
+    made. A server on a port of its own never calls it, so never closes for balance."""
+    global _shares
+    root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    try:
+        _shares = ConnectionShares(root / f"grpo-connections-{os.getuid()}-{port}")
+    except OSError as exc:
+        log.warning("connections are not balanced between processes: %s", exc)
+
+
+def stop_sharing() -> None:
+    """At the server's shutdown: its count file goes (and the directory, with the last)."""
+    global _shares
+    if _shares is not None:
+        _shares.close()
+        _shares = None
+
+
+def current_shares() -> ConnectionShares | None:
+    return _shares

@@ -24,7 +24,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from service.connection_shares import ConnectionShares, shares_for
+from service.connection_shares import ConnectionShares, current_shares
 from service.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -89,11 +89,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm(self._header_timeout, self._headers_timed_out)
-        listening = transport.get_extra_info("sockname")
-        if isinstance(listening, tuple):  # TCP (a Unix socket has a path: no shares)
-            self._shares = shares_for(listening[1])
-            if self._shares is not None:
-                self._shares.opened()
+        self._shares = current_shares()  # an API process sharing its port with others
+        if self._shares is not None:
+            self._shares.opened()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
