@@ -12,8 +12,9 @@ rebalance the same way.
 
 The counts live in one small file per process, in a directory named after the user and the
 listening port (`/dev/shm` where there is one): the processes of one server find each other
-there, and a single-process server is alone in its directory, so it never closes a
-connection for balance. A file whose process has died is not counted.
+there. Only processes started to share a port count (`start_sharing`): a server on a port
+of its own never closes a connection for balance. A file whose process has died is not
+counted; a process's file goes at its server's shutdown.
 """
 
 from __future__ import annotations
