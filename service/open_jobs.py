@@ -15,14 +15,19 @@ no row locks: a no-op `UPDATE` of the tenant row takes the database's write lock
 job's insert already holds), and every other writer waits for it (`busy_timeout`).
 
 The lock also reads the tenant's device-hour budget (`service.jobs.budget`), so that a
-submission spends no statement of its own on it.
+submission spends no statement of its own on it. On PostgreSQL the lock and the count go to the
+server together in one round trip (psycopg's pipeline mode): the server runs the count the
+moment it grants the lock, and the lock is held for one answer's trip back and the COMMIT
+rather than for two of each.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import Select, bindparam, func, select, update
+from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.orm import Session
 
 from service.models import LIVE_STATUSES, Job, Tenant
@@ -50,6 +55,17 @@ _TAKE_WRITE_LOCK = (
     .returning(Tenant.budget_device_hours)
 )
 
+
+def _psycopg_query(statement: Select[Any]) -> tuple[str, dict[str, Any]]:
+    """`statement` as psycopg's SQL text and its constant parameters, compiled once."""
+    compiled = statement.compile(dialect=psycopg_dialect.dialect())
+    expanded = compiled.construct_expanded_state({"tenant": "", "up_to": 0})
+    return expanded.statement, dict(expanded.parameters)
+
+
+_LOCK_ROW_SQL = _psycopg_query(_LOCK_ROW)
+_OPEN_JOBS_SQL = _psycopg_query(_OPEN_JOBS)
+
 # A tenant refused here is checked again before its next submissions' validation for this
 # long (`refused_recently`): a flood of submissions at the limit costs one count each.
 RECHECK_AFTER_REFUSAL_S = 30.0
@@ -72,19 +88,30 @@ def over_limit(count: int, settings: Settings) -> ProblemError | None:
     )
 
 
-def lock_tenant(session: Session, tenant_id: str) -> float | None:
-    """Serialise this tenant's submissions until the session's transaction ends; returns the
-    tenant's device-hour budget (None: no budget), read under the lock."""
+def lock_and_count(session: Session, tenant_id: str, up_to: int) -> tuple[float | None, int]:
+    """Serialise this tenant's submissions until the session's transaction ends and count its
+    live jobs under that lock, up to `up_to`; returns the tenant's device-hour budget (None:
+    no budget), read under the lock, and the count."""
+    params = {"tenant": tenant_id, "up_to": up_to}
     if session.get_bind().dialect.name == "sqlite":
-        return session.scalar(_TAKE_WRITE_LOCK, {"tenant": tenant_id})
-    return session.scalar(_LOCK_ROW, {"tenant": tenant_id})
+        budget = session.scalar(_TAKE_WRITE_LOCK, params)
+        return budget, count_open_jobs(session, tenant_id, up_to)
+    # psycopg's own connection, in the transaction SQLAlchemy began: SQLAlchemy has no
+    # pipeline of its own. Each statement of the pipeline still reads its own snapshot.
+    driver = session.connection().connection.driver_connection
+    assert driver is not None
+    with driver.pipeline():
+        lock = driver.execute(_LOCK_ROW_SQL[0], {**_LOCK_ROW_SQL[1], **params})
+        count = driver.execute(_OPEN_JOBS_SQL[0], {**_OPEN_JOBS_SQL[1], **params})
+    budget_row, count_row = lock.fetchone(), count.fetchone()
+    return (budget_row[0] if budget_row else None), (count_row[0] if count_row else 0)
 
 
-def refuse_over_limit(session: Session, tenant_id: str, settings: Settings) -> None:
-    """Under `lock_tenant`, once the job is inserted: 429 when the tenant's live jobs, this one
-    included, are over the limit (the transaction then rolls the job back)."""
-    limit = settings.max_open_jobs_per_tenant
-    problem = over_limit(count_open_jobs(session, tenant_id, limit + 1) - 1, settings)
+def refuse_over_limit(tenant_id: str, live: int, settings: Settings) -> None:
+    """Under the tenant's lock, once the job is inserted: 429 when the tenant's `live` jobs
+    (`lock_and_count`, counted up to the limit + 1), this one included, are over the limit
+    (the transaction then rolls the job back)."""
+    problem = over_limit(live - 1, settings)
     if problem is not None:
         _refused_at[tenant_id] = time.monotonic()
         raise problem

@@ -190,9 +190,10 @@ def _take_open_job_place(session: Session, tenant_id: str, settings: Settings) -
     """At the commit of a transaction that made a job live: under the tenant's lock, taken
     here so that it is held for these statements and the COMMIT alone, 402 when its budget is
     spent, 429 when its open jobs are over the limit (`service.open_jobs`)."""
-    budget_hours = open_jobs.lock_tenant(session, tenant_id)
+    up_to = settings.max_open_jobs_per_tenant + 1  # this job and the limit's worth of others
+    budget_hours, live = open_jobs.lock_and_count(session, tenant_id, up_to)
     budget.refuse_over_budget(session, tenant_id, budget_hours)
-    open_jobs.refuse_over_limit(session, tenant_id, settings)
+    open_jobs.refuse_over_limit(tenant_id, live, settings)
 
 
 def get_job(session: Session, tenant_id: str, job_id: str) -> Job:

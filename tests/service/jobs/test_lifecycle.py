@@ -15,7 +15,8 @@ from service.models import Dataset, Job, JobMetric
 from service.models.base import utcnow
 
 
-def make_job(sessions: sessionmaker[Session]) -> str:
+def make_tenant_and_dataset(sessions: sessionmaker[Session]) -> tuple[str, str]:
+    """A new tenant and a dataset of its: (tenant id, dataset id)."""
     with sessions.begin() as s:
         tenant = get_or_create_tenant(s, f"t-{new_id('x')}")
         ds = Dataset(
@@ -23,8 +24,15 @@ def make_job(sessions: sessionmaker[Session]) -> str:
             object_key="k",
         )  # fmt: skip
         s.add(ds)
-        s.flush()
-        job = Job(id=new_id("job"), tenant_id=tenant.id, dataset_id=ds.id, spec={}, total_steps=3)
+    return tenant.id, ds.id
+
+
+def make_job(sessions: sessionmaker[Session]) -> str:
+    tenant_id, dataset_id = make_tenant_and_dataset(sessions)
+    with sessions.begin() as s:
+        job = Job(
+            id=new_id("job"), tenant_id=tenant_id, dataset_id=dataset_id, spec={}, total_steps=3
+        )
         s.add(job)
     return job.id
 
