@@ -16,7 +16,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from service.demo_task import digit_records  # noqa: E402
 from tests.e2e.services import TINY, run_service  # noqa: E402
+from tests.e2e.test_preflight import preflight  # noqa: E402
 from workers.grpo.tiny_model import make_tiny_model  # noqa: E402
 
 VERIFIER = (
@@ -52,14 +52,7 @@ def prepare(client: httpx.Client) -> dict[str, Any]:
 
 
 def run_one(client: httpx.Client, body: dict[str, Any]) -> dict[str, float]:
-    start = time.monotonic()
-    r = client.post("/v1/jobs/preflight", json=body, timeout=300)
-    assert r.status_code in (200, 202), r.text
-    result = r.json()
-    while result["status"] not in ("succeeded", "failed"):
-        time.sleep(0.2)
-        result = client.get(r.headers["location"]).json()
-    wall = time.monotonic() - start
+    result, wall = preflight(client, body)  # posts, then follows a 202's Location until final
     assert result["status"] == "succeeded", result
     at = {k: datetime.fromisoformat(result[k]) for k in ("created_at", "started_at", "finished_at")}
     return {
