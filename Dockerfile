@@ -8,7 +8,7 @@
 # imports it; its image gets the much smaller CPU-only wheel. The worker gets the default PyPI
 # wheel, which bundles CUDA on linux/amd64 (override TORCH_INDEX_URL to choose another build).
 #
-# Why an editable install: service/migrate.py finds Alembic's scripts at
+# Why an editable install: service/core/migrate.py finds Alembic's scripts at
 # Path(service/__file__).parent.parent / "migrations", and migrations/ is not a Python package, so
 # a plain `pip install .` would put `service` in site-packages and lose migrations/. The source
 # tree therefore lives at /app and is installed with `pip install -e .` (the package imports from

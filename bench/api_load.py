@@ -40,7 +40,7 @@ PG = "postgresql+psycopg://postgres@127.0.0.1:5432"
 MORE_KEYS = """
 import sys
 from service.auth.service import new_api_key
-from service.db import session_scope
+from service.core.db import session_scope
 with session_scope() as session:
     print(*(new_api_key(session, f"bench-{i}", "full")[1] for i in range(int(sys.argv[1]))))
 """

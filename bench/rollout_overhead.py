@@ -73,13 +73,13 @@ def write_path(calls: list, storage: Any, db_url: str) -> list[float]:
     from sqlalchemy.orm import sessionmaker
 
     from service.auth.service import get_or_create_tenant
-    from service.db import make_engine
-    from service.ids import new_id
+    from service.core.db import make_engine
+    from service.core.ids import new_id
+    from service.core.migrate import upgrade
     from service.jobs import lifecycle
-    from service.jobs.rollout_store import RolloutWriter
-    from service.migrate import upgrade
     from service.models import Dataset, Job
     from service.settings import Settings
+    from service.training.rollout_store import RolloutWriter
 
     upgrade(db_url)
     sessions = sessionmaker(make_engine(db_url), expire_on_commit=False)
@@ -148,7 +148,7 @@ def main() -> None:
     rows = len(calls[0][2])
     tokens = statistics.mean(r["length"] for _, _, rs in calls for r in rs)
     step, build = statistics.median(steps), statistics.median(building)
-    from service.jobs.rollout_format import encode_rows
+    from service.rollouts.format import encode_rows
 
     size = statistics.median(len(encode_rows(rs)) for _, _, rs in calls)
     print(f"{len(calls)} steps of {rows} completions (mean {tokens:.0f} tokens), "

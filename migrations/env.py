@@ -2,7 +2,7 @@
 
 from alembic import context
 
-from service.db import make_engine
+from service.core.db import make_engine
 from service.models import Base
 from service.settings import get_settings
 

@@ -21,7 +21,7 @@ import sys
 import uvicorn
 
 from service.connection_shares import start_sharing, stop_sharing
-from service.http_limits import server_options
+from service.http.http_limits import server_options
 
 
 def listening_socket(host: str, port: int, shared: bool) -> socket.socket:

@@ -9,24 +9,26 @@ from contextlib import asynccontextmanager
 import anyio
 from fastapi import FastAPI
 
-from service import idempotency, openapi
-from service.api_docs.router import router as docs_router
 from service.auth.ratelimit import RateLimitHeaders
 from service.catalog.router import router as models_router
 from service.datasets.router import router as datasets_router
 from service.environments.router import router as environments_router
-from service.errors import UnhandledErrors, install_error_handlers
 from service.files.router import router as files_router
 from service.fine_tuning.router import router as fine_tuning_router
 from service.graders.router import router as graders_router
-from service.health import router as health_router
+from service.http import idempotency, openapi
+from service.http.api_docs.router import router as docs_router
+from service.http.errors import UnhandledErrors, install_error_handlers
+from service.http.health import router as health_router
+from service.http.limits import BodyLimitMiddleware
+from service.http.metrics import MetricsMiddleware, register_collectors
+from service.http.wakeups import wake_ups
+from service.http.whoami import router as whoami_router
 from service.inference.router import router as inference_router
 from service.jobs.control import router as job_control_router
 from service.jobs.poll import PollFastPath
 from service.jobs.router import poll_route
 from service.jobs.router import router as jobs_router
-from service.limits import BodyLimitMiddleware
-from service.metrics import MetricsMiddleware, register_collectors
 from service.preflight.router import router as preflight_router
 from service.rollouts.router import router as rollouts_router
 from service.secrets.router import router as secrets_router
@@ -36,9 +38,7 @@ from service.tensorboard.router import router as tensorboard_router
 from service.ui.router import router as ui_router
 from service.usage.router import router as usage_router
 from service.verifiers.router import router as verifiers_router
-from service.wakeups import wake_ups
 from service.webhooks.router import router as webhooks_router
-from service.whoami import router as whoami_router
 
 WAKE_UPS_DRAIN_S = 5.0  # at shutdown; what is left then is the reconciler's
 
@@ -72,7 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Training-as-a-service for GRPO reinforcement learning of language models.",
         description=DESCRIPTION,
         lifespan=lifespan,
-        # Swagger UI from local files (service/api_docs), or not at all; no ReDoc (a CDN's).
+        # Swagger UI from local files (service/http/api_docs), or not at all; no ReDoc (a CDN's).
         docs_url=None,
         redoc_url=None,
         swagger_ui_oauth2_redirect_url=None,

@@ -43,7 +43,7 @@ def _log_sandbox_mode() -> None:
 @app.command()
 def migrate() -> None:
     """Upgrade the database schema to the latest revision."""
-    from service.migrate import upgrade
+    from service.core.migrate import upgrade
 
     upgrade()
     console.print("database migrated")
@@ -119,8 +119,8 @@ def up(
 ) -> None:
     """Embedded mode: migrate, then run the API, one worker and the inference backend together
     until Ctrl-C/SIGTERM."""
+    from service.core.migrate import upgrade
     from service.jobs.worker_registry import registered
-    from service.migrate import upgrade
     from service.settings import get_settings
 
     settings = get_settings()
@@ -184,7 +184,7 @@ def create_api_key(
 ) -> None:
     """Create an API key; it is printed once, alone on the last line."""
     from service.auth.service import SCOPES, new_api_key
-    from service.db import session_scope
+    from service.core.db import session_scope
 
     if scope not in SCOPES:
         console.print(f"error: --scope must be one of {', '.join(SCOPES)}", style="red")

@@ -125,8 +125,8 @@ class Supervisor:
     def _start_reconciler(self) -> None:
         """The reconciler and, beside it, the webhook dispatcher (a loop of its own: it wakes
         every `webhook_poll_s`, far more often than the reconciler's passes)."""
-        from service.jobs.reconciler import run_forever
         from service.settings import get_settings
+        from service.training.reconciler import run_forever
         from service.webhooks.dispatcher import run_forever as dispatch_forever
 
         settings = get_settings()

@@ -1,7 +1,7 @@
 """Queue infrastructure: the Celery app, `enqueue_training` and `queue_depth`.
 
 It imports only the settings (as polar's `polar/worker`): the API enqueues wake-ups through it
-without loading torch, and each domain owns its tasks (`service.jobs.tasks`, named in
+without loading torch, and each domain owns its tasks (`service.training.tasks`, named in
 `include`, imported by the worker process only). The broker message is only a wake-up; the job
 row and its lease are the truth. So tasks ack early, prefetch one message at a time, and a
 worker trains one job per GPU (`-c 1`).
@@ -20,7 +20,7 @@ PREFLIGHT_TASK = "grpo.preflight"
 
 
 def make_celery(settings: Settings) -> Celery:
-    app = Celery("grpo", broker=settings.effective_broker_url, include=["service.jobs.tasks"])
+    app = Celery("grpo", broker=settings.effective_broker_url, include=["service.training.tasks"])
     # A broker that is down must not hang a request: fail fast, the reconciler re-enqueues.
     transport_options: dict[str, object] = {"socket_connect_timeout": 3, "socket_timeout": 10}
     if settings.broker_url is None:

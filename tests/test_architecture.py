@@ -41,8 +41,8 @@ def test_the_api_process_loads_no_torch() -> None:
 
 def test_the_job_layer_loads_no_web_framework() -> None:
     loaded = _loaded_after(
-        "import service.jobs.lifecycle, service.jobs.runner, service.jobs.tasks\n"
-        "import service.jobs.reconciler, service.worker"
+        "import service.jobs.lifecycle, service.training.runner, service.training.tasks\n"
+        "import service.training.reconciler, service.worker"
     )
     assert "celery" in loaded and "sqlalchemy" in loaded
     assert loaded.isdisjoint({"fastapi", "starlette", "uvicorn"})

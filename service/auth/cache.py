@@ -15,7 +15,7 @@ from collections import OrderedDict
 from fastapi.concurrency import run_in_threadpool
 
 from service.auth.service import KeyIdentity, authenticate, hash_key
-from service.db import session_scope
+from service.core.db import session_scope
 
 # digest -> (expires at, identity), least recently used first
 _entries: OrderedDict[str, tuple[float, KeyIdentity]] = OrderedDict()

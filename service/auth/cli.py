@@ -24,7 +24,7 @@ def list_(
     """Every key, newest first: id, prefix, tenant, scope, created, last used, revoked. Plain
     columns (one key a line, `-` for none), so that scripts can read them."""
     from service.auth.service import list_api_keys
-    from service.db import session_scope
+    from service.core.db import session_scope
 
     with session_scope() as session:
         rows = list_api_keys(session, tenant)
@@ -47,7 +47,7 @@ def revoke(
 ) -> None:
     """Revoke a key: API processes stop accepting it within GRPO_AUTH_CACHE_S seconds."""
     from service.auth.service import revoke_api_key
-    from service.db import session_scope
+    from service.core.db import session_scope
 
     with session_scope() as session:
         count = revoke_api_key(session, key)

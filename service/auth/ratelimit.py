@@ -30,7 +30,7 @@ from anyio.lowlevel import RunVar
 from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.problems import too_many
+from service.core.problems import too_many
 from service.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from typing import Literal, get_args
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.ids import new_id
+from service.core.ids import new_id
 from service.models import ApiKey, Tenant
 from service.models.base import utcnow
 

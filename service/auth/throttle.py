@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from service.problems import too_many
+from service.core.problems import too_many
 from service.settings import Settings
 
 # Addresses tracked at once: an attacker with many addresses can age out other entries, but

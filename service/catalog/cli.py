@@ -29,7 +29,7 @@ def add(
     shared HF_HOME cache), and store what jobs are checked against."""
     from service.catalog.inspect import ModelSourceError, fetch_hub, inspect_model, is_local_source
     from service.catalog.service import CatalogError, add_model
-    from service.db import session_scope
+    from service.core.db import session_scope
     from service.settings import get_settings
     from service.storage import open_storage_from_settings
 
@@ -55,7 +55,7 @@ def add(
 def list_() -> None:
     """The catalog, one model a row."""
     from service.catalog.service import list_models
-    from service.db import session_scope
+    from service.core.db import session_scope
 
     with session_scope() as session:
         _print(list_models(session))
@@ -65,7 +65,7 @@ def list_() -> None:
 def remove(name: Annotated[str, typer.Argument(help="The model's catalog name.")]) -> None:
     """Remove a model (refused while a live job trains from it); finished jobs keep its name."""
     from service.catalog.service import CatalogError, remove_model
-    from service.db import session_scope
+    from service.core.db import session_scope
 
     try:
         with session_scope() as session:

@@ -10,9 +10,9 @@ from service.catalog.fine_tuned import (
     tenant_fine_tuned,
 )
 from service.catalog.schemas import ModelList, ModelOut
-from service.deps import SessionDep, TenantDep
-from service.openapi import problems
-from service.problems import not_found
+from service.core.problems import not_found
+from service.http.deps import SessionDep, TenantDep
+from service.http.openapi import problems
 
 router = APIRouter(prefix="/v1/models", tags=["models"], responses=problems(400, 401, 422, 500))
 

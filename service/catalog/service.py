@@ -9,8 +9,8 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from service.catalog.facts import ModelFacts
+from service.core.problems import not_found
 from service.models import UNFINISHED_STATUSES, CatalogModel, Checkpoint, Job
-from service.problems import not_found
 from service.storage import ObjectStorage
 
 # A name is never a path: no leading slash or dot, no "..", no scheme, no backslash.

@@ -18,9 +18,9 @@ from typing import Any
 
 import ijson
 
+from service.core.problems import FieldError
+from service.core.text import unstorable_text
 from service.datasets.records import MAX_ERRORS, record_errors
-from service.problems import FieldError
-from service.text import unstorable_text
 
 MAX_DEPTH = 64  # nesting of one record: deeper is refused (and json.dumps would recurse)
 # What may be a \uD800-\uDFFF escape outside a high-low pair. ijson's C backend reads one as

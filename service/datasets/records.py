@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.problems import FieldError
+from service.core.problems import FieldError
 
 MAX_ERRORS = 50
 

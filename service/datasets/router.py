@@ -5,15 +5,15 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 from starlette.datastructures import UploadFile
 
+from service.core.pagination import Page, PageDep, paginate
+from service.core.problems import FieldError, invalid
 from service.datasets import service
 from service.datasets.builder import BuiltDataset, from_json_body, from_jsonl
 from service.datasets.schemas import DatasetCreate, DatasetOut
-from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
-from service.idempotency import Idempotent, IdempotentRoute, reads_its_body
+from service.http.deps import SessionDep, SettingsDep, StorageDep, TenantDep
+from service.http.idempotency import Idempotent, IdempotentRoute, reads_its_body
+from service.http.openapi import problems
 from service.models import Dataset
-from service.openapi import problems
-from service.pagination import Page, PageDep, paginate
-from service.problems import FieldError, invalid
 from service.settings import Settings
 
 router = APIRouter(

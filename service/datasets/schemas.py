@@ -2,7 +2,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas import UtcDateTime
+from service.core.schemas import UtcDateTime
 
 
 class DatasetCreate(BaseModel):

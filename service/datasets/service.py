@@ -7,12 +7,12 @@ import hashlib
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
+from service.core.ids import new_id
+from service.core.problems import conflict, not_found
+from service.core.quotas import check_dataset_quota
 from service.datasets.builder import BuiltDataset
-from service.ids import new_id
 from service.models import UNFINISHED_STATUSES, Dataset, Job
 from service.models.base import utcnow
-from service.problems import conflict, not_found
-from service.quotas import check_dataset_quota
 from service.settings import Settings
 from service.storage import ObjectStorage
 

@@ -3,7 +3,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from sqlalchemy import select
 
-from service.deps import SessionDep, SettingsDep, TenantDep
+from service.core.pagination import MAX_INT, Page, PageDep, paginate
 from service.environments import service
 from service.environments.schemas import (
     EnvironmentCreate,
@@ -11,11 +11,11 @@ from service.environments.schemas import (
     EnvironmentTestRequest,
     EnvironmentTestResult,
 )
-from service.idempotency import Idempotent, IdempotentRoute
-from service.limits import verifier_tests
+from service.http.deps import SessionDep, SettingsDep, TenantDep
+from service.http.idempotency import Idempotent, IdempotentRoute
+from service.http.limits import verifier_tests
+from service.http.openapi import problems
 from service.models import EnvironmentVersion
-from service.openapi import problems
-from service.pagination import MAX_INT, Page, PageDep, paginate
 
 router = APIRouter(
     prefix="/v1/environments",

@@ -2,7 +2,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas import UtcDateTime
+from service.core.schemas import UtcDateTime
 from service.verifiers.schemas import NAME_PATTERN
 
 # A /test call is a replay, not a workload: a few scripted episodes of a few turns each.

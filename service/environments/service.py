@@ -9,7 +9,9 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from service.db import session_scope
+from service.core.db import session_scope
+from service.core.problems import FieldError, ProblemError, invalid, json_path, not_found
+from service.core.quotas import check_environment_quota
 from service.environments.schemas import (
     EnvironmentCreate,
     EnvironmentTestRequest,
@@ -17,8 +19,6 @@ from service.environments.schemas import (
     EpisodeOut,
 )
 from service.models import EnvironmentVersion
-from service.problems import FieldError, ProblemError, invalid, json_path, not_found
-from service.quotas import check_environment_quota
 from service.settings import Settings
 from service.verifiers.service import append_version, version_lookup, version_params
 from workers.environments.config import EnvironmentConfig
@@ -92,7 +92,7 @@ def pin(session: Session, tenant_id: str, name: str, version: int | None) -> tup
 
 
 def load_pinned(tenant_id: str, name: str, version: int) -> EnvironmentConfig:
-    """The config of a job's pinned environment version, for the worker (service/jobs/runner.py)
+    """The config of a job's pinned environment version, for the worker (service/training/runner.py)
     to open its sandbox with. LookupError when the version is gone."""
     with session_scope() as session:
         row = find_version(session, tenant_id, name, version)

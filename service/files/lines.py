@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from service.problems import FieldError
+from service.core.problems import FieldError
 
 ROLES = ("system", "developer", "user", "assistant")
 FORMAT = "OpenAI's reinforcement fine-tuning format: {messages: [...], ...fields the grader reads}"

@@ -11,15 +11,15 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
+from service.core.pagination import PageDep
+from service.core.problems import FieldError, ProblemError
+from service.core.text import unstorable_text
 from service.datasets.builder import from_jsonl
-from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
 from service.files import lines, service
 from service.files.schemas import PURPOSE, FileDeleted, FileList, FileOut
-from service.idempotency import Idempotent, IdempotentRoute, reads_its_body
-from service.openapi import problems
-from service.pagination import PageDep
-from service.problems import FieldError, ProblemError
-from service.text import unstorable_text
+from service.http.deps import SessionDep, SettingsDep, StorageDep, TenantDep
+from service.http.idempotency import Idempotent, IdempotentRoute, reads_its_body
+from service.http.openapi import problems
 
 router = APIRouter(
     prefix="/v1/files",

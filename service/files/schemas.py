@@ -7,9 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from service.core.openai_ids import to_openai
 from service.files.lines import EXTRA_BYTES_PER_LINE
 from service.models import Dataset
-from service.openai_ids import to_openai
 
 PURPOSE = "fine-tune"
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.core.openai_ids import to_openai, to_ours
+from service.core.pagination import PageParams, paginate
+from service.core.problems import not_found
 from service.datasets import service as datasets
 from service.datasets.builder import BuiltDataset
 from service.files import lines
 from service.models import Dataset
-from service.openai_ids import to_openai, to_ours
-from service.pagination import PageParams, paginate
-from service.problems import not_found
 from service.settings import Settings
 from service.storage import ObjectStorage
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from service.core.problems import FieldError
 from service.models import Dataset
-from service.problems import FieldError
 from service.storage import ObjectStorage
 from workers.verifiers.grader_templates import parse_template
 

@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.core.openai_ids import event_number, to_ours
 from service.models import Checkpoint, Job, JobEvent, JobMetric
-from service.openai_ids import event_number, to_ours
 
 
 def list_events(

@@ -1,5 +1,5 @@
 """A fine-tuning job's `trained_tokens` and `estimated_finish`, from our job's own records:
-the tokens its recorded steps trained (the usage records, `service.jobs.usage`: a step redone
+the tokens its recorded steps trained (the usage records, `service.training.usage`: a step redone
 after a resume counted once) and, while it runs, its remaining steps at the mean time of its
 last steps (`step_seconds` of the step metrics)."""
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
+from service.core.pagination import PageDep
 from service.fine_tuning import history, service
 from service.fine_tuning.progress import progress_of
 from service.fine_tuning.schemas import (
@@ -19,12 +19,13 @@ from service.fine_tuning.schemas import (
     FineTuningJobOut,
 )
 from service.fine_tuning.views import checkpoint_view, event_view, job_view
-from service.idempotency import Idempotent, IdempotentRoute
+from service.http.deps import SessionDep, SettingsDep, StorageDep, TenantDep
+from service.http.idempotency import Idempotent, IdempotentRoute
+from service.http.limits import SubmissionSlot
+from service.http.openapi import problems
 from service.jobs import service as jobs
-from service.limits import SubmissionSlot, check_open_jobs
+from service.jobs.deps import check_open_jobs
 from service.models import Job
-from service.openapi import problems
-from service.pagination import PageDep
 
 router = APIRouter(
     prefix="/v1/fine_tuning/jobs",

@@ -15,6 +15,9 @@ from sqlalchemy.orm import Session
 
 from service.catalog.fine_tuned import PREFIX as FINE_TUNED_PREFIX
 from service.catalog.fine_tuned import find_fine_tuned
+from service.core.openai_ids import to_openai, to_ours
+from service.core.pagination import PageParams, paginate
+from service.core.problems import FieldError, ProblemError, invalid, json_path, not_found
 from service.datasets.service import find_dataset
 from service.files.service import find_file
 from service.fine_tuning import hyperparameters
@@ -24,9 +27,6 @@ from service.graders.service import validate_grader
 from service.jobs import service as jobs
 from service.jobs.schemas import JobCreate
 from service.models import Dataset, Job
-from service.openai_ids import to_openai, to_ours
-from service.pagination import PageParams, paginate
-from service.problems import FieldError, ProblemError, invalid, json_path, not_found
 from service.settings import Settings
 from service.storage import ObjectStorage
 from service.verifiers.schemas import VerifierCreate

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from service.catalog.fine_tuned import fine_tuned_model_name
+from service.core.openai_ids import event_id, to_openai
 from service.files.schemas import unix
 from service.fine_tuning.progress import Progress
 from service.fine_tuning.schemas import (
@@ -16,7 +17,6 @@ from service.fine_tuning.schemas import (
     SupervisedHyperparameters,
 )
 from service.models import FINAL_STATUSES, Checkpoint, Job, JobEvent
-from service.openai_ids import event_id, to_openai
 
 # Our status -> OpenAI's. `validating_files` never shows: files are validated at upload and at
 # creation, before the job exists. A job winding down (cancelling, pausing) is still running.

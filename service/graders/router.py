@@ -2,7 +2,6 @@
 
 from fastapi import APIRouter
 
-from service.deps import SessionDep, SettingsDep, TenantDep
 from service.graders import service
 from service.graders.schemas import (
     GraderRunRequest,
@@ -10,8 +9,9 @@ from service.graders.schemas import (
     GraderValidateRequest,
     GraderValidateResponse,
 )
-from service.limits import verifier_tests
-from service.openapi import problems
+from service.http.deps import SessionDep, SettingsDep, TenantDep
+from service.http.limits import verifier_tests
+from service.http.openapi import problems
 
 router = APIRouter(
     prefix="/v1/fine_tuning/alpha/graders",

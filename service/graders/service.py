@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from service.core.problems import FieldError, ProblemError, invalid
 from service.graders.schemas import (
     GraderRunErrors,
     GraderRunMetadata,
@@ -22,7 +23,6 @@ from service.graders.schemas import (
 )
 from service.judges.checks import judge_errors
 from service.judges.endpoints import judge_context
-from service.problems import FieldError, ProblemError, invalid
 from service.settings import Settings
 from workers.verifiers import (
     SandboxUnavailableError,

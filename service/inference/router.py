@@ -15,13 +15,13 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response, StreamingResponse
 
-from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
+from service.core.problems import ProblemError
+from service.http.deps import SessionDep, SettingsDep, StorageDep, TenantDep
+from service.http.openapi import problems
 from service.inference import service
 from service.inference.disconnect import unless_gone
 from service.inference.renaming import renamed_body, renamed_events
 from service.inference.schemas import ChatCompletionRequest, CompletionRequest
-from service.openapi import problems
-from service.problems import ProblemError
 from service.settings import Settings
 from service.storage import ObjectStorage
 

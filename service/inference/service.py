@@ -23,11 +23,11 @@ from sqlalchemy.orm import Session
 from service.catalog.fine_tuned import PREFIX as FINE_TUNED_PREFIX
 from service.catalog.fine_tuned import find_fine_tuned
 from service.catalog.service import find_model, find_tenant_checkpoint
-from service.jobs.archive import extract_tar
+from service.core.problems import ProblemError, not_found
 from service.models import Checkpoint
-from service.problems import ProblemError, not_found
 from service.settings import Settings
 from service.storage import ObjectStorage
+from service.storage.archive import extract_tar
 
 
 @dataclass(frozen=True)

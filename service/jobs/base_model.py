@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from sqlalchemy.orm import Session
 
 from service.catalog.service import find_model, find_tenant_checkpoint
+from service.core.problems import FieldError
 from service.models import CatalogModel, Checkpoint
-from service.problems import FieldError
 
 CHECKPOINT_PREFIX = "ckpt_"
 MAX_LINEAGE = 32  # adapters on adapters: each is merged in turn when the job loads

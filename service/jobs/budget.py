@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from service.core.problems import ProblemError
 from service.jobs import pausing
 from service.models import JobUsage, Tenant
-from service.problems import ProblemError
 
 BUDGET_PROBLEM = "https://grpo-service.dev/problems/budget-exhausted"
 

@@ -2,14 +2,14 @@
 
 from fastapi import APIRouter, Depends, Response
 
-from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
-from service.idempotency import Idempotent, IdempotentRoute
+from service.http.deps import SessionDep, SettingsDep, StorageDep, TenantDep
+from service.http.idempotency import Idempotent, IdempotentRoute
+from service.http.openapi import problems
 from service.jobs import forks, service
+from service.jobs.deps import check_open_jobs
 from service.jobs.router import JobDep
 from service.jobs.schemas import ForkCreate, JobOut
-from service.limits import check_open_jobs
 from service.models import Job
-from service.openapi import problems
 
 router = APIRouter(
     prefix="/v1/jobs",

@@ -7,8 +7,8 @@ import re
 
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
+from service.core.problems import ProblemError
 from service.models import Checkpoint, Job
-from service.problems import ProblemError
 from service.settings import Settings
 from service.storage import ObjectStorage
 

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 
-from service.db import session_scope
+from service.core.db import session_scope
 from service.models import FINAL_STATUSES, Job, JobEvent
 
 POLL_SECONDS = 0.5

@@ -11,10 +11,10 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from service.core.problems import FieldError, ProblemError, invalid, json_path
 from service.jobs import lifecycle, service
 from service.jobs.schemas import ForkCreate, ForkedFrom, JobCreate
 from service.models import Checkpoint, Job
-from service.problems import FieldError, ProblemError, invalid, json_path
 from service.settings import Settings
 from service.storage import ObjectStorage
 

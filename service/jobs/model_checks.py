@@ -11,9 +11,9 @@ from typing import Any
 import re2
 
 from service.catalog.prompts import longest_prompt_tokens
+from service.core.problems import FieldError
 from service.jobs.schemas import JobCreate
 from service.models import CatalogModel, Dataset
-from service.problems import FieldError
 from service.settings import Settings
 from service.storage import ObjectStorage
 from workers.grpo.memory import MemoryEstimate, ModelShape, estimate_memory, select_lora_targets

@@ -39,15 +39,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import cache as auth_cache
 from service.auth import ratelimit
-from service.db import get_read_engine
-from service.errors import DATABASE_UNAVAILABLE, database_unavailable, render_problem
+from service.core.db import get_read_engine
+from service.core.problems import ProblemError, not_found
+from service.core.text import text_problem
+from service.http.errors import DATABASE_UNAVAILABLE, database_unavailable, render_problem
+from service.http.limits import loop_limiter
 from service.jobs.poll_cache import PollCache
 from service.jobs.schemas import JobOut
-from service.limits import loop_limiter
 from service.models import Job
-from service.problems import ProblemError, not_found
 from service.settings import get_settings
-from service.text import text_problem
 
 # The status poll reads just the columns JobOut shows, with Core (no ORM identity map);
 # built once, with bound parameters: no statement to build or cache key to compute per poll.

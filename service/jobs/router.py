@@ -6,9 +6,20 @@ from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
 from sqlalchemy import select
 
-from service.deps import ApiKeyDep, SessionDep, SettingsDep, StorageDep, TenantDep, key_is_valid
-from service.idempotency import Idempotent, IdempotentRoute
+from service.core.pagination import MAX_ID, MAX_INT, Page, PageDep, paginate
+from service.http.deps import (
+    ApiKeyDep,
+    SessionDep,
+    SettingsDep,
+    StorageDep,
+    TenantDep,
+    key_is_valid,
+)
+from service.http.idempotency import Idempotent, IdempotentRoute
+from service.http.limits import SubmissionSlot
+from service.http.openapi import problems
 from service.jobs import service
+from service.jobs.deps import check_open_jobs
 from service.jobs.downloads import download_response
 from service.jobs.events import stream_events
 from service.jobs.poll import read_job
@@ -22,10 +33,7 @@ from service.jobs.schemas import (
     JobStatus,
     MetricsPage,
 )
-from service.limits import SubmissionSlot, check_open_jobs
 from service.models import Job
-from service.openapi import problems
-from service.pagination import MAX_ID, MAX_INT, Page, PageDep, paginate
 
 router = APIRouter(
     prefix="/v1/jobs",

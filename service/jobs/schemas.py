@@ -10,7 +10,7 @@ from pydantic import (
     field_validator,
 )
 
-from service.schemas import UtcDateTime
+from service.core.schemas import UtcDateTime
 from workers.grpo.config import TrainSpec
 
 Tracker = Literal["mlflow", "wandb", "tensorboard", "trackio"]

@@ -9,12 +9,13 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from service import open_jobs
+from service.core.db import after_commit, before_commit
+from service.core.ids import new_id
+from service.core.problems import FieldError, conflict, invalid, not_found
 from service.datasets.service import find_dataset_by_reference
-from service.db import after_commit, before_commit
 from service.environments import service as environments
-from service.ids import new_id
-from service.jobs import budget, lifecycle, model_checks, pausing, worker_registry
+from service.http.wakeups import wake_ups
+from service.jobs import budget, lifecycle, model_checks, open_jobs, pausing, worker_registry
 from service.jobs.base_model import ResolvedBase, resolve_base
 from service.jobs.schemas import JobCreate, VerifierRef
 from service.jobs.tracker_checks import check_trackers
@@ -26,12 +27,10 @@ from service.models import (
     JobEvent,
     JobMetric,
 )
-from service.problems import FieldError, conflict, invalid, not_found
 from service.settings import Settings
 from service.storage import ObjectStorage
 from service.verifiers.limits import Resolved, check_sandbox_caps
 from service.verifiers.service import find_version
-from service.wakeups import wake_ups
 from workers.grpo.memory import MemoryEstimate
 
 log = logging.getLogger(__name__)
@@ -189,7 +188,7 @@ def create_job(
 def _take_open_job_place(session: Session, tenant_id: str, settings: Settings) -> None:
     """At the commit of a transaction that made a job live: under the tenant's lock, taken
     here so that it is held for these statements and the COMMIT alone, 402 when its budget is
-    spent, 429 when its open jobs are over the limit (`service.open_jobs`)."""
+    spent, 429 when its open jobs are over the limit (`service.jobs.open_jobs`)."""
     up_to = settings.max_open_jobs_per_tenant + 1  # this job and the limit's worth of others
     budget_hours, live = open_jobs.lock_and_count(session, tenant_id, up_to)
     budget.refuse_over_budget(session, tenant_id, budget_hours)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from service.core.problems import FieldError
 from service.jobs.schemas import JobCreate
-from service.problems import FieldError
 from service.secrets.service import find_secret
 from service.settings import Settings
 

@@ -27,12 +27,12 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from service.db import session_scope
+from service.core.db import session_scope
+from service.core.problems import FieldError
 from service.jobs import lifecycle
 from service.jobs.schemas import JobCreate
 from service.models import Job, WorkerHeartbeat
 from service.models.base import utcnow
-from service.problems import FieldError
 from service.settings import Settings
 from workers.grpo.world import WorldSizeError, check_world
 

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service.catalog.service import find_model, find_tenant_checkpoint
-from service.problems import FieldError
+from service.core.problems import FieldError
 from service.secrets.service import find_secret
 from service.settings import Settings
 from workers.verifiers.grader_config import MODEL_GRADER_TYPES

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from service.db import session_scope
+from service.core.db import session_scope
 from service.secrets.crypto import SecretsUnavailable
 from service.secrets.service import reveal
 from service.settings import Settings

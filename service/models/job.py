@@ -22,7 +22,7 @@ class Job(Base):
     """
 
     __tablename__ = "jobs"
-    # The open-jobs count (`service.open_jobs`) reads a tenant's live jobs under its lock at
+    # The open-jobs count (`service.jobs.open_jobs`) reads a tenant's live jobs under its lock at
     # every submission: by (tenant, status), it reads those rows alone, not the tenant's whole
     # history. Its prefix serves every by-tenant read.
     __table_args__ = (Index("ix_jobs_tenant_id_status", "tenant_id", "status"),)

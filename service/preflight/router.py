@@ -3,11 +3,11 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 from fastapi.concurrency import run_in_threadpool
 
-from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
-from service.idempotency import Idempotent, IdempotentRoute
+from service.http.deps import SessionDep, SettingsDep, StorageDep, TenantDep
+from service.http.idempotency import Idempotent, IdempotentRoute
+from service.http.openapi import problems
 from service.jobs.schemas import JobCreate
 from service.models import PREFLIGHT_FINAL, Preflight
-from service.openapi import problems
 from service.preflight import service
 from service.preflight.schemas import PreflightOut
 

@@ -2,8 +2,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from service.core.schemas import UtcDateTime
 from service.jobs.schemas import JobErrorOut
-from service.schemas import UtcDateTime
 
 PreflightStatus = Literal["queued", "running", "succeeded", "failed"]
 

@@ -12,13 +12,13 @@ import anyio.to_thread
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.db import session_scope
-from service.ids import new_id
+from service.core.db import session_scope
+from service.core.ids import new_id
+from service.core.problems import ProblemError, not_found, too_many
 from service.jobs import preflight_rows
 from service.jobs.schemas import JobCreate
 from service.jobs.service import validate_submission
 from service.models import PREFLIGHT_FINAL, Preflight
-from service.problems import ProblemError, not_found, too_many
 from service.settings import Settings
 from service.storage import ObjectStorage
 from service.worker import enqueue_preflight

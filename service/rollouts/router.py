@@ -3,12 +3,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
-from service.deps import SessionDep, StorageDep
-from service.jobs.rollout_format import PARQUET_MEDIA_TYPE
+from service.core.pagination import MAX_INT, Page, PageDep
+from service.http.deps import SessionDep, StorageDep
+from service.http.openapi import problems
 from service.jobs.router import JobDep
-from service.openapi import problems
-from service.pagination import MAX_INT, Page, PageDep
 from service.rollouts import service
+from service.rollouts.format import PARQUET_MEDIA_TYPE
 from service.rollouts.schemas import RolloutFilters, RolloutOut, Split
 
 router = APIRouter(prefix="/v1/jobs", tags=["rollouts"], responses=problems(400, 401, 422, 500))

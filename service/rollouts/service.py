@@ -19,9 +19,9 @@ import pyarrow.compute as pc
 from sqlalchemy import case, select
 from sqlalchemy.orm import Session
 
-from service.jobs.rollout_format import SCHEMA, decode_rows, read_table, stream_concatenated
+from service.core.problems import FieldError, invalid
 from service.models import Job, RolloutFile
-from service.problems import FieldError, invalid
+from service.rollouts.format import SCHEMA, decode_rows, read_table, stream_concatenated
 from service.rollouts.schemas import RolloutFilters
 from service.storage import ObjectStorage
 

@@ -15,7 +15,7 @@ console = Console(stderr=True)
 def rotate() -> None:
     """Re-encrypt every stored secret under the first key of GRPO_SECRETS_KEY (set it to
     NEW,OLD first; drop OLD once this reports no unreadable rows)."""
-    from service.db import get_sessionmaker
+    from service.core.db import get_sessionmaker
     from service.secrets.crypto import SecretsUnavailable
     from service.secrets.rotation import rotate_secrets
     from service.settings import get_settings

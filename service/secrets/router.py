@@ -3,10 +3,10 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 from sqlalchemy import select
 
-from service.deps import SessionDep, SettingsDep, TenantDep
+from service.core.pagination import Page, PageDep, paginate
+from service.http.deps import SessionDep, SettingsDep, TenantDep
+from service.http.openapi import problems
 from service.models import TenantSecret
-from service.openapi import problems
-from service.pagination import Page, PageDep, paginate
 from service.secrets import service
 from service.secrets.schemas import SECRET_NAME, SecretCreate, SecretOut
 

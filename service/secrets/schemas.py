@@ -1,6 +1,6 @@
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas import UtcDateTime
+from service.core.schemas import UtcDateTime
 
 SECRET_NAME = r"^[A-Za-z0-9_.\-]{1,100}$"
 

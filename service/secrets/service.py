@@ -6,10 +6,10 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.ids import new_id
+from service.core.ids import new_id
+from service.core.problems import ProblemError, not_found
 from service.models import TenantSecret
 from service.models.base import utcnow
-from service.problems import ProblemError, not_found
 from service.secrets import crypto
 from service.settings import Settings
 

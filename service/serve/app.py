@@ -17,9 +17,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from service.core.problems import json_path
 from service.inference.disconnect import client_gone
 from service.inference.schemas import ChatCompletionRequest, CompletionRequest
-from service.problems import json_path
 from service.serve import shapes
 from service.serve.resolve import Resolver, UnknownModel
 from service.settings import Settings, get_settings

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from service.db import session_scope
-from service.jobs.archive import extract_tar
-from service.jobs.weights import model_path
+from service.core.db import session_scope
 from service.models import CatalogModel, Checkpoint, Job
 from service.settings import Settings
 from service.storage import ObjectStorage
+from service.storage.archive import extract_tar
+from service.training.weights import model_path
 from workers.inference.params import ModelRef
 
 

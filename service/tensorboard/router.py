@@ -1,11 +1,11 @@
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
-from service.deps import StorageDep
+from service.core.problems import not_found
+from service.http.deps import StorageDep
+from service.http.openapi import problems
 from service.jobs.router import JobDep
-from service.jobs.tensorboard_store import tensorboard_keys, tensorboard_stream
-from service.openapi import problems
-from service.problems import not_found
+from service.tensorboard.store import tensorboard_keys, tensorboard_stream
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=problems(400, 401, 422, 500))
 

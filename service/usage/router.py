@@ -7,9 +7,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from service.deps import SessionDep, SettingsDep, StorageDep, TenantDep
+from service.http.deps import SessionDep, SettingsDep, StorageDep, TenantDep
+from service.http.openapi import problems
 from service.jobs.schemas import JobCreate
-from service.openapi import problems
 from service.usage import estimate, service
 from service.usage.schemas import EstimateOut, GroupBy, UsageReport
 

@@ -11,9 +11,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from service.core.problems import FieldError, invalid
 from service.jobs.budget import budget_state
 from service.models import Checkpoint, Job, JobUsage, RolloutFile, Tenant
-from service.problems import FieldError, invalid
 from service.usage.schemas import BudgetOut, GroupBy, UsageFigures, UsageReport, UsageRow
 
 _COUNTERS = ("device_seconds", "completion_tokens", "trained_tokens", "verifier_cpu_seconds")

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.problems import FieldError, invalid
+from service.core.problems import FieldError, invalid
 from service.settings import Settings
 from service.verifiers.service import make_resolver
 from workers.verifiers import Resolver, python_leaves

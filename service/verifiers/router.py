@@ -3,12 +3,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from sqlalchemy import select
 
-from service.deps import SessionDep, SettingsDep, TenantDep
-from service.idempotency import Idempotent, IdempotentRoute
-from service.limits import verifier_tests
+from service.core.pagination import MAX_INT, Page, PageDep, paginate
+from service.http.deps import SessionDep, SettingsDep, TenantDep
+from service.http.idempotency import Idempotent, IdempotentRoute
+from service.http.limits import verifier_tests
+from service.http.openapi import problems
 from service.models import VerifierVersion
-from service.openapi import problems
-from service.pagination import MAX_INT, Page, PageDep, paginate
 from service.verifiers import service
 from service.verifiers.limits import check_test_cap
 from service.verifiers.schemas import (

@@ -2,7 +2,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas import UtcDateTime
+from service.core.schemas import UtcDateTime
 
 VerifierKind = Literal[
     "python",

@@ -10,12 +10,12 @@ from typing import Any
 from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
-from service.ids import new_id
+from service.core.ids import new_id
+from service.core.problems import FieldError, ProblemError, invalid, not_found
+from service.core.quotas import check_verifier_quota
 from service.judges.checks import judge_errors
 from service.judges.endpoints import judge_context
 from service.models import VerifierVersion
-from service.problems import FieldError, ProblemError, invalid, not_found
-from service.quotas import check_verifier_quota
 from service.settings import Settings
 from service.verifiers.schemas import VerifierCreate, VerifierTestRequest, VerifierTestResult
 from workers.verifiers import (

@@ -23,7 +23,7 @@ import httpx
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from service.db import session_scope
+from service.core.db import session_scope
 from service.models import Webhook, WebhookDelivery
 from service.models.base import utcnow
 from service.secrets import crypto

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import bindparam, event, select
 from sqlalchemy.orm import Session
 
-from service.ids import new_id
+from service.core.ids import new_id
 from service.models import Job, JobEvent, Webhook, WebhookDelivery
 from service.models.base import utcnow
 from service.webhooks.events import subscribed, webhook_type

@@ -3,11 +3,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Response
 from sqlalchemy import select
 
-from service.deps import SessionDep, SettingsDep, TenantDep
-from service.idempotency import Idempotent, IdempotentRoute, replayed_without
+from service.core.pagination import Page, PageDep, paginate
+from service.http.deps import SessionDep, SettingsDep, TenantDep
+from service.http.idempotency import Idempotent, IdempotentRoute, replayed_without
+from service.http.openapi import problems
 from service.models import Webhook, WebhookDelivery
-from service.openapi import problems
-from service.pagination import Page, PageDep, paginate
 from service.webhooks import service
 from service.webhooks.schemas import DeliveryOut, WebhookCreate, WebhookCreated, WebhookOut
 

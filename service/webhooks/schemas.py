@@ -2,7 +2,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas import UtcDateTime
+from service.core.schemas import UtcDateTime
 from service.webhooks.events import EventType
 
 Subscription = Literal[EventType, "*"]  # one Literal: an error names the item alone

@@ -5,10 +5,10 @@ from __future__ import annotations
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from service.ids import new_id
+from service.core.ids import new_id
+from service.core.problems import FieldError, ProblemError, invalid, not_found
 from service.models import Webhook, WebhookDelivery
 from service.models.base import utcnow
-from service.problems import FieldError, ProblemError, invalid, not_found
 from service.secrets import crypto
 from service.settings import Settings
 from service.webhooks import outbox, signing, targets

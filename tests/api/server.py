@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from service.http_limits import uvicorn_options
+from service.http.http_limits import uvicorn_options
 from service.settings import Settings
 from tests.e2e.services import IDLE_QUEUE, TINY, RunningService, _wait_ready, free_port
 

@@ -8,8 +8,8 @@ import hashlib
 import httpx
 from sqlalchemy.orm import Session
 
-from service.db import make_engine
-from service.ids import new_id
+from service.core.db import make_engine
+from service.core.ids import new_id
 from service.models import Checkpoint
 from service.storage import open_storage_from_settings
 from tests.api.conftest import tenant_client

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 from sqlalchemy.orm import Session
 
-from service.db import make_engine
-from service.ids import new_id
+from service.core.db import make_engine
+from service.core.ids import new_id
 from service.models import Checkpoint
 from service.storage import LocalStorage, open_storage_from_settings
 from tests.api.helpers import make_dataset, make_job, make_verifier, problem

@@ -16,8 +16,8 @@ from openai import OpenAI
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from service.db import make_engine
-from service.ids import new_id
+from service.core.db import make_engine
+from service.core.ids import new_id
 from service.models import Checkpoint, Job, JobMetric, JobUsage
 from service.models.base import utcnow
 from tests.api.server import LIMITS, settings_of
@@ -302,7 +302,7 @@ def test_trained_tokens_and_estimated_finish_come_from_our_records(
 
 
 def test_the_open_jobs_limit_is_a_rate_limit_error(api: RunningService, chat_model: str) -> None:
-    """The limit refuses at the commit (`service.open_jobs`), after the route has answered:
+    """The limit refuses at the commit (`service.jobs.open_jobs`), after the route has answered:
     the SDK still gets OpenAI's error, and no job is left behind."""
     limit = int(LIMITS["GRPO_MAX_OPEN_JOBS_PER_TENANT"])
     with sdk_for(api) as client:

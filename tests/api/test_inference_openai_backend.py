@@ -18,8 +18,8 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from service.db import make_engine
-from service.ids import new_id
+from service.core.db import make_engine
+from service.core.ids import new_id
 from service.models import Checkpoint, Job
 from service.models.base import utcnow
 from service.storage import open_storage_from_settings

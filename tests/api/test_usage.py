@@ -8,8 +8,8 @@ from datetime import UTC, date, datetime
 import httpx
 from sqlalchemy.orm import Session
 
-from service.db import make_engine
-from service.ids import new_id
+from service.core.db import make_engine
+from service.core.ids import new_id
 from service.models import Checkpoint, JobUsage
 from tests.api.conftest import tenant_client
 from tests.api.helpers import error_paths, job_body, make_dataset, make_job, make_verifier, problem

@@ -47,7 +47,7 @@ def test_a_replayed_creation_answers_without_the_secret_and_never_stores_it(
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
-    from service.db import make_engine
+    from service.core.db import make_engine
     from service.models import IdempotencyKey
 
     key = {"Idempotency-Key": os.urandom(8).hex()}

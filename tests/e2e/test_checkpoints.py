@@ -13,7 +13,7 @@ import httpx
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from service.db import make_engine
+from service.core.db import make_engine
 from service.demo_task import digit_records
 from service.models import Job
 from service.settings import Settings

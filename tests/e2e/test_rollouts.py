@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from service.demo_task import digit_records
-from service.jobs.rollout_format import SCHEMA
+from service.rollouts.format import SCHEMA
 from tests.e2e.services import TINY, RunningService
 from tests.e2e.test_training_flow import wait_final
 

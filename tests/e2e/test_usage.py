@@ -11,7 +11,7 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.db import make_engine
+from service.core.db import make_engine
 from service.models import RolloutFile
 from tests.e2e.services import TINY, RunningService
 from tests.e2e.test_training_flow import submit_digit_job, wait_final

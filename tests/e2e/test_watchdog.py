@@ -82,7 +82,7 @@ def training_process(client: httpx.Client, job_id: str, epoch: int) -> int:
     claimed it (before the watchdog, the claimer trained it itself)."""
     claim = next(c for c in claims(client, job_id) if c["epoch"] == epoch)
     claimer = int(claim["worker"].rsplit(":", 1)[1])
-    trainers = [p for p in _children(claimer) if "service.jobs.train_process" in _cmdline(p)]
+    trainers = [p for p in _children(claimer) if "service.training.train_process" in _cmdline(p)]
     return trainers[0] if trainers else claimer
 
 

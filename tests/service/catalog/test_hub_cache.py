@@ -13,7 +13,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from service.catalog.service import find_model
-from service.db import make_engine
+from service.core.db import make_engine
 from service.settings import Settings
 from workers.grpo.tiny_model import make_tiny_model
 
@@ -67,8 +67,8 @@ def test_a_hub_id_is_pinned_from_the_shared_cache_offline(tmp_path: Path) -> Non
 WORKER_LOOKUP = """
 from sqlalchemy.orm import Session
 from service.catalog.service import find_model
-from service.db import make_engine
-from service.jobs.weights import model_path
+from service.core.db import make_engine
+from service.training.weights import model_path
 from service.settings import get_settings
 settings = get_settings()
 with Session(make_engine(settings.effective_database_url)) as session:

@@ -7,8 +7,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import text
 
-from service.db import make_engine
-from service.migrate import downgrade, upgrade
+from service.core.db import make_engine
+from service.core.migrate import downgrade, upgrade
 from service.models import Base
 
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.db import make_engine
-from service.migrate import upgrade
+from service.core.db import make_engine
+from service.core.migrate import upgrade
 
 
 def _psql(sql: str) -> None:

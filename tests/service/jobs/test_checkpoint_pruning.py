@@ -15,12 +15,13 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.ids import new_id
-from service.jobs import lifecycle, resume, runner
+from service.core.ids import new_id
+from service.jobs import lifecycle
 from service.models import Checkpoint, Job, JobEvent, JobMetric
 from service.models.base import utcnow
 from service.settings import Settings
 from service.storage import LocalStorage
+from service.training import resume, runner
 from tests.service.jobs.test_lifecycle import make_job
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from sqlalchemy import text
 
-from service.db import end_idle_transactions_after, make_engine
+from service.core.db import end_idle_transactions_after, make_engine
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 

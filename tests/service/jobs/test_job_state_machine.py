@@ -15,10 +15,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.db import make_engine
-from service.ids import new_id
+from service.core.db import make_engine
+from service.core.ids import new_id
+from service.core.migrate import upgrade
 from service.jobs import lifecycle, pausing
-from service.migrate import upgrade
 from service.models import FINAL_STATUSES, Dataset, Job, JobEvent, JobMetric, Tenant
 from service.models.base import utcnow
 

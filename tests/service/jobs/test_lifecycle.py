@@ -9,7 +9,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.auth.service import get_or_create_tenant
-from service.ids import new_id
+from service.core.ids import new_id
 from service.jobs import lifecycle
 from service.models import Dataset, Job, JobMetric
 from service.models.base import utcnow
@@ -80,7 +80,7 @@ def test_finished_job_cannot_be_claimed_or_written(sessions: sessionmaker[Sessio
 
 
 def test_migrations_downgrade_and_upgrade_again(db_url: str) -> None:
-    from service.migrate import downgrade, upgrade
+    from service.core.migrate import downgrade, upgrade
 
     downgrade(db_url)
     upgrade(db_url)

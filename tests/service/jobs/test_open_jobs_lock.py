@@ -1,4 +1,4 @@
-"""The tenant's lock and the count under it (`service.open_jobs.lock_and_count`), on both
+"""The tenant's lock and the count under it (`service.jobs.open_jobs.lock_and_count`), on both
 databases: a count that waited for the lock sees the job its holder committed."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import open_jobs
-from service.ids import new_id
+from service.core.ids import new_id
+from service.jobs import open_jobs
 from service.models import Job, Tenant
 from tests.service.jobs.test_lifecycle import make_tenant_and_dataset
 

@@ -15,11 +15,12 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.auth.service import get_or_create_tenant
-from service.ids import new_id
-from service.jobs import preflight_rows, preflight_run
+from service.core.ids import new_id
+from service.jobs import preflight_rows
 from service.models import Preflight
 from service.models.base import utcnow
 from service.settings import Settings
+from service.training import preflight_run
 
 
 def make_preflight(sessions: sessionmaker[Session]) -> tuple[str, str]:

@@ -8,10 +8,10 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.jobs import lifecycle
-from service.jobs.reconciler import reconcile
 from service.models import Job, JobEvent
 from service.models.base import utcnow
 from service.settings import Settings
+from service.training.reconciler import reconcile
 from tests.service.jobs.test_lifecycle import make_job
 
 SETTINGS = Settings(max_attempts=2, requeue_after_seconds=30)

@@ -13,14 +13,14 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.ids import new_id
+from service.core.ids import new_id
+from service.core.quotas import rollout_bytes_fit
 from service.jobs import lifecycle
-from service.jobs.rollout_store import RolloutWriter, pick_rows, rollout_key
 from service.models import Job, RolloutFile
 from service.models.base import utcnow
-from service.quotas import rollout_bytes_fit
 from service.settings import Settings
 from service.storage import LocalStorage
+from service.training.rollout_store import RolloutWriter, pick_rows, rollout_key
 from tests.service.jobs.test_lifecycle import make_job
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from service.jobs import uploads
 from service.storage import LocalStorage
+from service.training import uploads
 
 
 class FlakyStorage(LocalStorage):

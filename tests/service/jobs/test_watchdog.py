@@ -18,10 +18,10 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.jobs import runner, watchdog
 from service.models import Job, JobEvent
 from service.models.base import utcnow
 from service.settings import QueueSettings, Settings
+from service.training import runner, watchdog
 from tests.service.jobs.test_lifecycle import make_job
 
 FAKE = str(Path(__file__).with_name("fake_trainer.py"))

@@ -9,11 +9,11 @@ from typing import Any, Protocol
 
 from sqlalchemy import select
 
-from service.db import session_scope
-from service.jobs.archive import extract_tar
-from service.jobs.scorers import records_from_jsonl
+from service.core.db import session_scope
 from service.models import Checkpoint, Dataset, Job
 from service.storage import ObjectStorage
+from service.storage.archive import extract_tar
+from service.training.scorers import records_from_jsonl
 
 
 class Attempt(Protocol):

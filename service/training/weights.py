@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from service.db import session_scope
-from service.jobs.archive import extract_tar
+from service.core.db import session_scope
 from service.models import CatalogModel, Checkpoint, Job
 from service.settings import Settings
 from service.storage import ObjectStorage
+from service.storage.archive import extract_tar
 
 if TYPE_CHECKING:
     from workers.grpo.policy import BaseWeights

@@ -18,7 +18,7 @@ from service.settings import Settings, get_settings
 
 def _pool(settings: Settings) -> dict[str, Any]:
     """Bounded pool waits on every database: a burst beyond the pool waits `db_pool_timeout_s`,
-    then answers 503 with Retry-After (service.errors), never hangs and never 500s."""
+    then answers 503 with Retry-After (service.http.errors), never hangs and never 500s."""
     return {
         "pool_size": settings.db_pool_size,
         "max_overflow": settings.db_max_overflow,
@@ -122,7 +122,7 @@ _AFTER_ROLLBACK = "after_rollback"
 
 def before_commit(session: Session, check: Callable[[], None]) -> None:
     """Run `check` when the session's transaction commits, however it is committed, right
-    before the COMMIT and in its thread: a check that takes a lock (`service.open_jobs`) holds
+    before the COMMIT and in its thread: a check that takes a lock (`service.jobs.open_jobs`) holds
     it from there to the end of the transaction, and no longer. A check that raises stops the
     commit; the caller rolls back."""
     session.info.setdefault(_BEFORE_COMMIT, []).append(check)

@@ -39,16 +39,16 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
-from service.db import end_idle_transactions_after, session_scope
+from service.core.db import end_idle_transactions_after, session_scope
 from service.jobs import lifecycle
-from service.jobs.progress import Beacon
-from service.jobs.runner import DONE, LEFT_TO_RECONCILER, _train, attempt_dir, run_claimed
-from service.jobs.uploads import error_code
-from service.jobs.usage import UsageMeter
 from service.models import Job
 from service.process_group import die_with_parent
 from service.settings import Settings, get_settings
 from service.storage import open_storage_from_settings
+from service.training.progress import Beacon
+from service.training.runner import DONE, LEFT_TO_RECONCILER, _train, attempt_dir, run_claimed
+from service.training.uploads import error_code
+from service.training.usage import UsageMeter
 
 log = logging.getLogger(__name__)
 RANK_FAILED = 1  # a rank died or crashed: to the watchdog, a crash (the attempt ends)

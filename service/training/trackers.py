@@ -12,13 +12,13 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from service.db import session_scope
-from service.jobs.tensorboard_store import tensorboard_key, upload_tensorboard
+from service.core.db import session_scope
 from service.models import Checkpoint, Job
 from service.secrets.crypto import SecretsUnavailable
 from service.secrets.service import reveal
 from service.settings import Settings
 from service.storage import ObjectStorage
+from service.tensorboard.store import tensorboard_key, upload_tensorboard
 from workers.tracking import Trackers, TrackingConfig, open_trackers
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.openai_errors import wants_openai_error, with_openai_error
-from service.problems import (
+from service.core.problems import (
     PROBLEM_JSON,
     FieldError,
     Problem,
@@ -23,6 +22,7 @@ from service.problems import (
     json_path,
     status_title,
 )
+from service.http.openai_errors import wants_openai_error, with_openai_error
 
 log = logging.getLogger(__name__)
 POOL_RETRY_AFTER_S = 1

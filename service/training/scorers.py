@@ -14,11 +14,11 @@ from typing import Any
 
 from sqlalchemy import select
 
-from service.db import session_scope
-from service.jobs.progress import Beacon
+from service.core.db import session_scope
 from service.judges.endpoints import judge_context
 from service.models import VerifierVersion
 from service.settings import get_settings
+from service.training.progress import Beacon
 from service.verifiers.service import make_resolver
 from workers.verifiers import BuiltinHost, JudgeContext, Verifier, open_verifier
 

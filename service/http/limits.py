@@ -6,19 +6,15 @@ from __future__ import annotations
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from typing import Annotated
 
 import anyio
 from anyio.lowlevel import RunVar
 from fastapi import Depends
-from fastapi.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import open_jobs
-from service.deps import SessionDep, SettingsDep, TenantDep
-from service.errors import render_problem
-from service.problems import Problem, too_many
+from service.core.problems import Problem, too_many
+from service.http.errors import render_problem
 
 
 class BodyTooLarge(HTTPException):
@@ -63,23 +59,6 @@ class BodyLimitMiddleware:
         response = render_problem(problem, {"Connection": "close"})
         await response(scope, receive, send)
 
-
-async def check_open_jobs(session: SessionDep, tenant: TenantDep, settings: SettingsDep) -> None:
-    """429 with Retry-After, before the submission is validated, for a tenant this process
-    refused a moment ago and that still has its quota of live jobs: a flood of submissions at
-    the limit costs a count each, not a validation. This count takes no lock; the exact check
-    is the locked one after the insert (`service.open_jobs.refuse_over_limit`), and the only
-    one for a tenant under its limit."""
-    if not open_jobs.refused_recently(tenant):
-        return
-    limit = settings.max_open_jobs_per_tenant
-    count = await run_in_threadpool(open_jobs.count_open_jobs, session, tenant, limit)
-    problem = open_jobs.over_limit(count, settings)
-    if problem is not None:
-        raise problem
-
-
-OpenJobsLimit = Annotated[None, Depends(check_open_jobs)]
 
 # Job submissions in flight at once, per process, from their validation to their commit; the
 # others wait their turn on the event loop, first come first served (anyio's limiter queues its

@@ -34,12 +34,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from service.db import session_scope
+from service.core.db import session_scope
 from service.jobs import lifecycle
-from service.jobs.progress import FD_ENV, Progress
-from service.jobs.runner import DONE, LEFT_TO_RECONCILER, claim_job
 from service.process_group import kill_tree
 from service.settings import Settings, get_settings
+from service.training.progress import FD_ENV, Progress
+from service.training.runner import DONE, LEFT_TO_RECONCILER, claim_job
 from service.worker import enqueue_training
 from workers.observability import job_context
 
@@ -49,7 +49,7 @@ LEASE_LOST_GRACE_S = 5.0
 
 
 def trainer_command(job_id: str, epoch: int) -> list[str]:
-    module = "service.jobs.train_process"
+    module = "service.training.train_process"
     return [sys.executable, "-m", module, job_id, str(epoch), str(os.getpid())]
 
 

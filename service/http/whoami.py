@@ -5,10 +5,10 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 
 from service.auth.service import hash_key
-from service.deps import ApiKeyDep, SessionDep, TenantDep
+from service.core.schemas import UtcDateTime
+from service.http.deps import ApiKeyDep, SessionDep, TenantDep
+from service.http.openapi import problems
 from service.models import ApiKey, Tenant
-from service.openapi import problems
-from service.schemas import UtcDateTime
 
 router = APIRouter(prefix="/v1", tags=["auth"], responses=problems(401, 422, 500))
 

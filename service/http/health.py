@@ -13,9 +13,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from sqlalchemy import text
 
 from service.auth.throttle import admit_client, failed_auth
-from service.db import get_engine
-from service.metrics import OPERATOR_REGISTRY
-from service.problems import ProblemError
+from service.core.db import get_engine
+from service.core.problems import ProblemError
+from service.http.metrics import OPERATOR_REGISTRY
 from service.settings import get_settings
 from workers.verifiers import sandbox_memory, sandbox_mode
 

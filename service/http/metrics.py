@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.db import session_scope
+from service.core.db import session_scope
 from service.models import Job
 
 log = logging.getLogger(__name__)

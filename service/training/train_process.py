@@ -1,4 +1,4 @@
-"""The training process: `python -m service.jobs.train_process JOB_ID EPOCH WATCHDOG_PID`.
+"""The training process: `python -m service.training.train_process JOB_ID EPOCH WATCHDOG_PID`.
 
 Started by the watchdog (`watchdog.py`) that claimed the job, in a process group of its own,
 with the progress pipe's descriptor in GRPO_PROGRESS_FD. Everything tenant-driven that runs on
@@ -31,11 +31,11 @@ def main(argv: list[str]) -> int:
     if os.getppid() != watchdog:  # it died before the kernel could be told
         return 1
 
-    from service.db import end_idle_transactions_after, session_scope
-    from service.jobs.progress import Beacon
-    from service.jobs.runner import run_claimed
+    from service.core.db import end_idle_transactions_after, session_scope
     from service.models import Job
     from service.settings import get_settings
+    from service.training.progress import Beacon
+    from service.training.runner import run_claimed
     from workers.observability import JsonFormatter
 
     handler = logging.StreamHandler()
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
             return 0  # taken over before we started: nothing of it is ours
         session.expunge(job)
     if job.devices > 1:
-        from service.jobs.ranks import run_group
+        from service.training.ranks import run_group
 
         return run_group(job, epoch, settings, beacon, release)
     return run_claimed(job, epoch, settings, beacon, release)

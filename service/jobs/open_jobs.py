@@ -30,8 +30,8 @@ from sqlalchemy import Select, bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.orm import Session
 
+from service.core.problems import ProblemError, too_many
 from service.models import LIVE_STATUSES, Job, Tenant
-from service.problems import ProblemError, too_many
 from service.settings import Settings
 
 # Built once, with bound parameters: no statement to build or cache key to compute per request.

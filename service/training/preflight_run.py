@@ -3,7 +3,7 @@ the engine's `workers.grpo.preflight` (one real GRPO step on a few prompts).
 
 Two callers:
 - the `grpo.preflight` task (`supervise`) runs a `POST /v1/jobs/preflight` row in a process of
-  its own, `python -m service.jobs.preflight_run ID`, as a job trains in one: tenant code never
+  its own, `python -m service.training.preflight_run ID`, as a job trains in one: tenant code never
   runs in the Celery pool process, and a run past GRPO_PREFLIGHT_TIMEOUT_S is killed with every
   process below it (its verifier sandboxes);
 - a job with `preflight: "require"` (`gate`), in its training process before its first step.
@@ -20,15 +20,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from service.db import session_scope
-from service.jobs import preflight_rows, resume
-from service.jobs.scorers import open_scorers
-from service.jobs.uploads import error_code
-from service.jobs.weights import weights_for
+from service.core.db import session_scope
+from service.jobs import preflight_rows
 from service.models import Job, Preflight
 from service.process_group import die_with_parent, kill_tree
 from service.settings import Settings, get_settings
 from service.storage import ObjectStorage, open_storage_from_settings
+from service.training import resume
+from service.training.scorers import open_scorers
+from service.training.uploads import error_code
+from service.training.weights import weights_for
 
 if TYPE_CHECKING:
     from workers.grpo.policy import BaseWeights
@@ -96,7 +97,7 @@ def supervise(
     if row is None:
         log.info("pre-flight %s is not claimable (taken, final or expired)", preflight_id)
         return
-    command = command or [sys.executable, "-m", "service.jobs.preflight_run", preflight_id]
+    command = command or [sys.executable, "-m", "service.training.preflight_run", preflight_id]
     proc = subprocess.Popen(command, process_group=0)
     try:
         rc = proc.wait(timeout=settings.preflight_timeout_s)

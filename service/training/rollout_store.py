@@ -20,12 +20,12 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.db import session_scope
-from service.ids import new_id
+from service.core.db import session_scope
+from service.core.ids import new_id
+from service.core.quotas import rollout_bytes_fit
 from service.jobs import lifecycle
-from service.jobs.rollout_format import encode_rows
 from service.models import RolloutFile
-from service.quotas import rollout_bytes_fit
+from service.rollouts.format import encode_rows
 from service.settings import Settings
 from service.storage import ObjectStorage
 

@@ -28,12 +28,12 @@ from fastapi.routing import APIRoute
 from sqlalchemy import delete, update
 from sqlalchemy.exc import IntegrityError
 
-from service.db import after_rollback, session_scope
-from service.deps import SessionDep, SettingsDep, TenantDep
+from service.core.db import after_rollback, session_scope
+from service.core.problems import FieldError, ProblemError, conflict, invalid
+from service.core.text import text_problem, unstorable_text
+from service.http.deps import SessionDep, SettingsDep, TenantDep
 from service.models import IdempotencyKey
 from service.models.base import utcnow
-from service.problems import FieldError, ProblemError, conflict, invalid
-from service.text import text_problem, unstorable_text
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -212,7 +212,7 @@ Idempotent = Depends(idempotency, scope="function")
 
 
 class IdempotentRoute(APIRoute):
-    """Refuses text the stores cannot keep (`service.text`) in the path, the query, the
+    """Refuses text the stores cannot keep (`service.core.text`) in the path, the query, the
     idempotency key and a JSON body, before any dependency runs; hands the endpoint's response
     to the idempotency dependency before its teardown."""
 

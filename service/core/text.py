@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.problems import FieldError
+from service.core.problems import FieldError
 
 
 def text_problem(value: str) -> str | None:

@@ -1,7 +1,7 @@
 """RFC 9457 problem details: errors carry their HTTP status, whoever raises them.
 
 No web framework here: services and repositories raise `ProblemError`; the API's one handler
-(`service.errors`) renders it as problem+json."""
+(`service.http.errors`) renders it as problem+json."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class FieldError(BaseModel):
 
 class OpenAIError(BaseModel):
     """OpenAI's error body, which the official `openai` SDK reads (`exc.body`, `.code`,
-    `.param`, `.type`): on the OpenAI-compatible routes only (`service.openai_errors`)."""
+    `.param`, `.type`): on the OpenAI-compatible routes only (`service.http.openai_errors`)."""
 
     message: str
     type: str = Field(description="`invalid_request_error`, or `server_error` for a 5xx.")

@@ -1,7 +1,7 @@
 """Wake-ups sent off the request: a committed job's broker message, published by one thread of
 the API process.
 
-The message is only a wake-up (the row is the truth: `service.jobs.reconciler` enqueues a
+The message is only a wake-up (the row is the truth: `service.training.reconciler` enqueues a
 queued job whose message never arrived), so a submission need not wait for the broker: its
 answer goes out as soon as the row is committed, a broker that is down or slow costs the
 request nothing (before, each submission waited out the connect timeout), and the publishing,

@@ -3,7 +3,7 @@ job) or to the pre-flight supervisor (`preflight_run.supervise`)."""
 
 from celery.signals import after_setup_logger, after_setup_task_logger, worker_process_init
 
-from service.db import end_idle_transactions_after
+from service.core.db import end_idle_transactions_after
 from service.settings import get_settings
 from service.worker import PREFLIGHT_TASK, TRAIN_TASK, app
 from workers.observability import JsonFormatter
@@ -27,14 +27,14 @@ def _no_frozen_row_locks(**_kwargs: object) -> None:
 def train_job(job_id: str) -> None:
     # This process holds the lease and the watchdog; the training runs in a child of its own.
     # Imported here so that the API, which imports this module's app, never loads it.
-    from service.jobs.watchdog import supervise_job
+    from service.training.watchdog import supervise_job
 
     supervise_job(job_id)
 
 
 @app.task(name=PREFLIGHT_TASK)
 def preflight(preflight_id: str) -> None:
-    # As train_job: the pre-flight itself runs in a child process (service.jobs.preflight_run).
-    from service.jobs.preflight_run import supervise
+    # As train_job: the pre-flight itself runs in a child process (service.training.preflight_run).
+    from service.training.preflight_run import supervise
 
     supervise(preflight_id)

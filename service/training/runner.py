@@ -24,24 +24,25 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
-from service.db import session_scope
-from service.ids import new_id
-from service.jobs import lifecycle, pausing, resume
-from service.jobs.archive import make_tar
-from service.jobs.environment import open_environment
-from service.jobs.preflight_run import gate as preflight_gate
-from service.jobs.progress import Beacon
-from service.jobs.rollout_store import RolloutWriter
-from service.jobs.scorers import open_scorers
+from service.core.db import session_scope
+from service.core.ids import new_id
+from service.jobs import lifecycle, pausing
 from service.jobs.service import checkpoint_in_use
-from service.jobs.trackers import JobTrackers
-from service.jobs.uploads import error_code, upload_verified
-from service.jobs.usage import UsageMeter, record_step_usage
-from service.jobs.weights import base_weights
 from service.judges.endpoints import judge_context
 from service.models import Checkpoint, Job
 from service.settings import Settings, get_settings
 from service.storage import ObjectStorage, open_storage_from_settings
+from service.storage.archive import make_tar
+from service.training import resume
+from service.training.environment import open_environment
+from service.training.preflight_run import gate as preflight_gate
+from service.training.progress import Beacon
+from service.training.rollout_store import RolloutWriter
+from service.training.scorers import open_scorers
+from service.training.trackers import JobTrackers
+from service.training.uploads import error_code, upload_verified
+from service.training.usage import UsageMeter, record_step_usage
+from service.training.weights import base_weights
 from service.worker import enqueue_training
 from workers.observability import job_context, record_step
 

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from service.problems import PROBLEM_JSON, Problem
+from service.core.problems import PROBLEM_JSON, Problem
 
 _DESCRIPTIONS = {
     400: "Malformed request.",

@@ -8,8 +8,8 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from service.core.problems import ProblemError, too_large
 from service.models import Dataset, EnvironmentVersion, Job, RolloutFile, VerifierVersion
-from service.problems import ProblemError, too_large
 from service.settings import Settings
 
 

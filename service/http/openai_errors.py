@@ -10,7 +10,7 @@ code}` too, on the routes OpenAI clients call. Other routes keep their plain pro
 
 from __future__ import annotations
 
-from service.problems import OpenAIError, Problem
+from service.core.problems import OpenAIError, Problem
 
 # Path prefixes whose errors carry OpenAI's body (the routes of service/files and
 # service/fine_tuning).

@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 from service.auth import cache as auth_cache
 from service.auth import ratelimit
 from service.auth.throttle import admit_client, failed_auth
-from service.db import end_unit_of_work, get_sessionmaker
-from service.problems import ProblemError
+from service.core.db import end_unit_of_work, get_sessionmaker
+from service.core.problems import ProblemError
 from service.settings import Settings, get_settings
 from service.storage import ObjectStorage
 

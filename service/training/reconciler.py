@@ -20,7 +20,7 @@ from datetime import timedelta
 from sqlalchemy.orm import Session
 
 from service import worker
-from service.db import session_scope
+from service.core.db import session_scope
 from service.jobs import lifecycle
 from service.models import Job
 from service.models.base import utcnow
