@@ -1,30 +1,36 @@
 #!/usr/bin/env bash
-# This engine vs TRL's GRPOTrainer on a CUDA GPU, full training and LoRA (rank 16), on the same
-# GPU one run at a time: by default a 1.54B random-init Qwen2-shaped model (Qwen2.5-1.5B's shape,
-# written in bf16: bench/qwen2_model.py), bf16 autocast, the digit task, 2 prompts x 8, 32 new
-# tokens, beta 0.04, lr 1e-3, token_mean / "dapo"; TRL generates with vLLM when it imports.
-# Prints per mode: seconds per step, completion tokens/s, peak GPU memory (torch's
-# max_memory_allocated), RSS, and ours/TRL. SIZE=0.5b: the earlier Llama-shaped 0.46B model.
+# The engine on one CUDA GPU in at most 8 minutes (issue 33), for a 0.5B and a 1.5B random-init
+# Qwen2-shaped model (Qwen2.5-0.5B's and -1.5B's shapes, written in bf16: bench/qwen2_model.py):
+#  1. decode tokens/s of each engine's sampler (reference, fast, paged) at 64 rows x 128 tokens,
+#     beside the memory-bandwidth bound of the card (bench/decode_engines.py);
+#  2. seconds per GRPO step, synchronous (grpo.max_off_policy_steps 0) and one step off-policy
+#     (1), engine auto (paged on CUDA), bf16 autocast, 8 prompts x 8, 64 new tokens, full
+#     training, beside TRL's GRPOTrainer on the same settings, generating with transformers (no
+#     vLLM unless VLLM=1) (bench/vs_trl.py).
+# Each part runs under its own timeout, so a slow one costs its share only.
 #
-#   bash bench/gpu.sh                     # from the repository root
-#   MODES=lora STEPS=8 REPS=1 bash bench/gpu.sh    # one mode, shorter
-#   SIZE=3m DEVICE=cpu STEPS=2 bash bench/gpu.sh   # a dry run of this script on a CPU
-#   SIZE=qwen2-3m DEVICE=cpu STEPS=2 bash bench/gpu.sh   # ... through the Qwen2 builder
+#   bash bench/gpu.sh                                   # from the repository root
+#   SIZES=1.5b STEPS=3 bash bench/gpu.sh                # one size, shorter
+#   SIZES=qwen2-3m DEVICE=cpu STEPS=2 BATCH=16 NEW=8 STEP_PROMPTS=2 STEP_TOKENS=8 \
+#     T_DECODE=300 T_STEPS=600 bash bench/gpu.sh         # a dry run of this script on a CPU
 #
 # No network on the GPU machine: packages it lacks come as wheels in $WHEELS (default .whl/),
 # installed with `pip install --no-index --find-links`. Nothing is fetched from the internet.
-# Figures go to stdout and to $OUT/gpu_bench.json when $OUT is set.
+# Figures go to stdout and, when $OUT is set, to $OUT/decode_<size>.json, $OUT/steps_<size>.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 WHEELS=${WHEELS:-.whl}
-SIZE=${SIZE:-1.5b}
+SIZES=${SIZES:-qwen2-0.5b 1.5b}
 DEVICE=${DEVICE:-cuda}
-STEPS=${STEPS:-10}
-REPS=${REPS:-1}
-MODES=${MODES:-full lora}
-LORA_R=${LORA_R:-16}
-TIMEOUT=${TIMEOUT:-270}   # seconds per mode
+BATCH=${BATCH:-64}              # decode rows
+NEW=${NEW:-128}                 # decode tokens per row
+STEPS=${STEPS:-4}               # GRPO steps per run (the first includes warm-up)
+STEP_PROMPTS=${STEP_PROMPTS:-8} # prompts per step (x 8 completions)
+STEP_TOKENS=${STEP_TOKENS:-64}  # max_new_tokens of a step
+ENGINE=${ENGINE:-auto}
+T_DECODE=${T_DECODE:-80}        # seconds for part 1, per size
+T_STEPS=${T_STEPS:-140}         # seconds for part 2, per size
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
 if [ -d "$WHEELS" ]; then
@@ -38,7 +44,7 @@ $PY - <<'EOF'
 import importlib, sys
 print("python", sys.version.split()[0])
 for name in ("torch", "transformers", "accelerate", "pydantic", "safetensors", "tokenizers",
-             "peft", "trl", "datasets", "pyarrow", "vllm"):
+             "peft", "trl", "datasets", "flash_attn", "kernels", "vllm"):
     try:
         print(f"  {name:13} {importlib.import_module(name).__version__}")
     except Exception as exc:  # noqa: BLE001
@@ -55,26 +61,35 @@ fi
 if [ "$DEVICE" = cuda ] && ! $PY -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   echo "!! no CUDA device visible"; exit 1
 fi
-if ! $PY -c "import trl, datasets" 2>/dev/null; then
-  echo "!! TRL or datasets missing: carry trl, datasets, dill, multiprocess wheels (and pyarrow"
-  echo "   >= 24 if the machine's is older); running this engine alone for its figures"
-  ONLY=ours
-fi
-extra=()
+extra=(--engine "$ENGINE" --prompts "$STEP_PROMPTS" --new-tokens "$STEP_TOKENS")
 [ "$DEVICE" = cuda ] && extra+=(--bf16)
-if $PY -c "import vllm" 2>/dev/null; then extra+=(--vllm); else echo "   (vLLM not installed: TRL generates with transformers)"; fi
-[ -n "${ONLY:-}" ] && extra+=(--only "$ONLY")
+[ "${VLLM:-0}" = 1 ] && extra+=(--vllm)
+[ -n "${LORA:-}" ] && extra+=(--lora "$LORA")
+if ! $PY -c "import trl, datasets" 2>/dev/null; then
+  echo "!! TRL or datasets missing: carry trl, datasets, dill, multiprocess wheels; this engine alone"
+  extra+=(--only ours)
+fi
+# K = 1 where this engine has grpo.max_off_policy_steps (issue 33, item 2)
+if $PY -c "from workers.grpo.config import GRPOParams as G; assert 'max_off_policy_steps' in G.model_fields" 2>/dev/null; then
+  lags=0,1
+else
+  lags=0; echo "   (no grpo.max_off_policy_steps in this engine: synchronous steps only)"
+fi
 
 rc=0
-for mode in $MODES; do
-  args=("${extra[@]}")
-  [ "$mode" = lora ] && args+=(--lora "$LORA_R")
-  [ -n "${OUT:-}" ] && args+=(--json "$OUT/gpu_bench_$mode.json")
-  echo "== benchmark ($mode training): $SIZE on $DEVICE, $STEPS steps x $REPS repetitions, alternating"
-  timeout "$TIMEOUT" $PY bench/vs_trl.py --sizes "$SIZE" --device "$DEVICE" --steps "$STEPS" \
-    --reps "$REPS" "${args[@]}"
-  code=$?
-  [ $code -eq 124 ] && echo "!! $mode timed out after $TIMEOUT s: rerun with STEPS=5 or MODES=$mode"
+for size in $SIZES; do
+  json=(); [ -n "${OUT:-}" ] && json=(--json "$OUT/decode_$size.json")
+  echo "== 1. decode: $size on $DEVICE"
+  timeout "$T_DECODE" $PY bench/decode_engines.py --size "$size" --device "$DEVICE" \
+    --batch "$BATCH" --new-tokens "$NEW" "${json[@]}"
+  code=$?; [ $code -eq 124 ] && echo "!! decode of $size timed out after $T_DECODE s"
+  [ $code -ne 0 ] && rc=$code
+
+  json=(); [ -n "${OUT:-}" ] && json=(--json "$OUT/steps_$size.json")
+  echo "== 2. GRPO steps: $size on $DEVICE, $STEPS steps, K in {$lags} vs TRL"
+  timeout "$T_STEPS" $PY bench/vs_trl.py --sizes "$size" --device "$DEVICE" --steps "$STEPS" \
+    --reps 1 --off-policy "$lags" "${extra[@]}" "${json[@]}"
+  code=$?; [ $code -eq 124 ] && echo "!! steps of $size timed out after $T_STEPS s: STEPS=3?"
   [ $code -ne 0 ] && rc=$code
 done
 exit $rc

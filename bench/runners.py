@@ -36,6 +36,8 @@ class Settings:
     lora_r: int | None = (
         None  # a LoRA adapter of this rank (alpha 2r, all linear layers) is trained
     )
+    engine: str | None = None  # ours: grpo.engine (None: the worker's GRPO_ENGINE, auto)
+    off_policy: int = 0  # ours: grpo.max_off_policy_steps (where this engine has the field)
 
 
 def digit_reward(completion: str, digit: int) -> float:
@@ -79,7 +81,7 @@ def _gpu_peak_mib() -> float | None:
 
 def run_ours(model_dir: str, s: Settings) -> dict:
     """This engine through its public entry point, `workers.grpo.trainer.train`."""
-    from workers.grpo.config import TrainSpec
+    from workers.grpo.config import GRPOParams, TrainSpec
     from workers.grpo.trainer import TrainHooks, train
 
     class DigitScorer:
@@ -101,6 +103,8 @@ def run_ours(model_dir: str, s: Settings) -> dict:
             "std": "sample",  # TRL's scale_rewards="group"
             "loss_aggregation": "token_mean",  # TRL's "dapo"
             "seed": s.seed,
+            **({"engine": s.engine} if s.engine else {}),
+            **_off_policy(s.off_policy, GRPOParams.model_fields),
         },
         generation={"max_new_tokens": s.max_new_tokens},
         lora=None if s.lora_r is None else {"r": s.lora_r, "alpha": 2 * s.lora_r},
@@ -126,6 +130,13 @@ def run_ours(model_dir: str, s: Settings) -> dict:
             device=s.device,
         )
     return _result(ends, start, tokens, rewards) | {"split": split}
+
+
+def _off_policy(steps: int, fields: dict) -> dict:
+    """`max_off_policy_steps`, refused by name on an engine without the field."""
+    if steps and "max_off_policy_steps" not in fields:
+        raise SystemExit("this engine has no grpo.max_off_policy_steps: run --off-policy 0")
+    return {"max_off_policy_steps": steps} if steps else {}
 
 
 def run_trl(model_dir: str, s: Settings) -> dict:

@@ -32,6 +32,9 @@ SIZES = {
     "3m": {"hidden_size": 256, "layers": 4, "heads": 4, "intermediate_size": 512},
     "25m": {"hidden_size": 512, "layers": 8, "heads": 8, "intermediate_size": 1408},
     "0.5b": {"hidden_size": 1024, "layers": 24, "heads": 16, "intermediate_size": 4864},
+    # Qwen2.5-0.5B's shape, random init, bf16 (bench/qwen2_model.py): 0.49B parameters
+    "qwen2-0.5b": {"qwen2": True, "hidden_size": 896, "layers": 24, "heads": 14, "kv_heads": 2,
+                   "intermediate_size": 4864, "vocab_size": 151936},
     # Qwen2.5-1.5B's shape, random init, bf16 (bench/qwen2_model.py): 1.54B parameters
     "1.5b": {"qwen2": True, "hidden_size": 1536, "layers": 28, "heads": 12, "kv_heads": 2,
              "intermediate_size": 8960, "vocab_size": 151936},
@@ -113,7 +116,10 @@ def report(size: str, runs: dict[str, list[dict]]) -> dict:
             f"{m['rss_mib']:9.0f}{m['reward_last5']:9.3f}"
             + (f"{m['gpu_mib']:13.0f}" if gpu else "")
         )
-    if len(med) < 2:
+    for w in (w for w in med if w.startswith("ours-k") and "ours" in med):
+        print(f"{w + '/ours':14}step time x{med['ours']['s_per_step'] / med[w]['s_per_step']:.2f}"
+              " faster than synchronous", flush=True)  # fmt: skip
+    if "ours" not in med or "trl" not in med:
         return {"size": size} | med
     ours, trl = med["ours"], med["trl"]
     ratios = {
@@ -151,6 +157,14 @@ def main() -> None:
     )
     ap.add_argument("--lora", type=int, metavar="R", help="both train a LoRA adapter of rank R")
     ap.add_argument("--only", choices=["ours", "trl"], help="run one side only")
+    ap.add_argument("--engine", help="ours: grpo.engine (auto, fast, reference, paged)")
+    ap.add_argument(
+        "--off-policy",
+        default="0",
+        help="ours: comma-separated grpo.max_off_policy_steps, one run each (0 = synchronous)",
+    )
+    ap.add_argument("--prompts", type=int, default=2, help="prompts per step (x 8 completions)")
+    ap.add_argument("--new-tokens", type=int, default=32, help="max_new_tokens")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     a = ap.parse_args()
     sizes, reps, steps = a.sizes.split(","), a.reps, a.steps
@@ -158,15 +172,21 @@ def main() -> None:
         sizes, reps, steps = ["3m"], 1, 6
     settings = {"steps": steps, "device": a.device, "bf16": a.bf16, "vllm": a.vllm}
     settings["threads"], settings["lora_r"] = a.threads, a.lora
+    settings["engine"], settings["prompts_per_step"] = a.engine, a.prompts
+    settings["max_new_tokens"] = a.new_tokens
+    lags = [int(k) for k in a.off_policy.split(",")]
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for size in sizes:
             model_dir = build(size, Path(tmp))
-            sides = [a.only] if a.only else ["trl", "ours"]
+            ours = {"ours" if k == 0 else f"ours-k{k}": k for k in lags}
+            sides = ["trl"] * (a.only != "ours") + [*ours] * (a.only != "trl")
             runs: dict[str, list[dict]] = {w: [] for w in sides}
             for rep in range(reps or DEFAULT_REPS.get(size, 2)):
                 for which in sides if rep % 2 == 0 else sides[::-1]:
-                    r = one_run(which, model_dir, settings | {"seed": rep})
+                    lag = {"off_policy": ours[which]} if which in ours else {}
+                    kind = "trl" if which == "trl" else "ours"
+                    r = one_run(kind, model_dir, settings | {"seed": rep} | lag)
                     runs[which].append(r)
                     f = figures(r)
                     print(

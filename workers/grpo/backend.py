@@ -4,25 +4,29 @@ A `Backend` gives the three things GRPO asks of a model: a `Sampler` for G compl
 prompt, the log-probs of sampled completions under a frozen policy (pi_ref, pi_old), and the
 policy's differentiable forward for the loss. The reference backend is the plain path
 (`sampling.PlainSampler`, `logprobs.completion_logprobs`: the model's own forward); the fast
-one (`workers.grpo.fast`) computes the same numbers with less work. `GRPO_ENGINE=reference`
-forces the reference backend; `fast` (the default) takes the fast one where it supports the
-model, as nanoGPT picks flash attention with `if self.flash`.
+one (`workers.grpo.fast`) computes the same numbers with less work; the paged one samples
+through transformers' continuous batching (`workers.grpo.paged`) and scores as the reference.
+The engine is the job's `grpo.engine`, else `GRPO_ENGINE`, else `auto`: paged on a CUDA device
+where it serves the model, fast elsewhere where it supports the model (as nanoGPT picks flash
+attention with `if self.flash`), the reference path otherwise.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
 import torch
 from torch import Tensor
 
 from workers.grpo import fast
-from workers.grpo.config import GRPOParams
+from workers.grpo.config import Engine, GRPOParams
 from workers.grpo.logprobs import completion_logprobs
+from workers.grpo.packing import Pack, packed_logprobs
+from workers.grpo.paged import PagedSampler, serving_refusal
 from workers.grpo.sampling import Generation, PlainSampler, Sampler
 
-ENGINES = ("fast", "reference")
+ENGINES: tuple[str, ...] = get_args(Engine)
 
 
 class Backend(Protocol):
@@ -53,6 +57,13 @@ class Backend(Protocol):
         with_entropy: bool,
     ) -> tuple[Tensor, Tensor | None]:
         """Log-probs (n, t) with their gradient, and with `with_entropy` the entropy (n, t)."""
+        ...
+
+    def packed_forward(
+        self, model: Any, out: Generation, pack: Pack, temperature: float, with_entropy: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """`forward` of a packed micro-batch (`packing.py`): log-probs (n, t) of `pack.rows`
+        up to `pack.cols`; differentiable unless called in inference mode (pi_ref, pi_old)."""
         ...
 
 
@@ -91,10 +102,26 @@ class ReferenceBackend:
             with_entropy,
         )
 
+    def packed_forward(
+        self, model: Any, out: Generation, pack: Pack, temperature: float, with_entropy: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        return packed_logprobs(model, out, pack, temperature, with_entropy)
 
-def engine() -> str:
-    """`GRPO_ENGINE`: `fast` (default) or `reference`."""
-    name = os.environ.get("GRPO_ENGINE", "fast").strip().lower() or "fast"
+
+class PagedBackend(ReferenceBackend):
+    """Sampling by transformers' continuous batching; the log-prob forwards of the reference."""
+
+    name = "paged"
+
+    def sampler(self, model: Any, tokenizer: Any, generator: torch.Generator) -> Sampler:
+        return PagedSampler(model, tokenizer, generator)
+
+
+def engine(grpo: GRPOParams | None = None) -> str:
+    """The job's `grpo.engine`, else `GRPO_ENGINE`, else `auto`."""
+    if grpo is not None and grpo.engine is not None:
+        return grpo.engine
+    name = os.environ.get("GRPO_ENGINE", "auto").strip().lower() or "auto"
     if name not in ENGINES:
         raise ValueError(f"GRPO_ENGINE must be one of {', '.join(ENGINES)}, not {name!r}")
     return name
@@ -103,12 +130,27 @@ def engine() -> str:
 def select_backend(
     model: Any, grpo: GRPOParams | None = None, own_forward: bool = False
 ) -> Backend:
-    """The backend of a run training `model` with `grpo`: fast where it supports the model,
-    unless `GRPO_ENGINE=reference` or the run needs the model's `own_forward` (gradient
-    checkpointing). The fast one keeps the decode's matmul outputs for the training forward
-    only when that forward runs as one batch (`micro_batch_size` bounds memory otherwise)."""
-    if engine() == "reference" or own_forward or not fast.supports(model):
+    """The backend of a run training `model` with `grpo` (`engine`). `paged` on a model it
+    cannot serve is an error; `auto` takes it on a CUDA device where it serves the model, else
+    fast where it supports the model, unless the run needs the model's `own_forward`
+    (gradient checkpointing). The fast one keeps the decode's matmul outputs for the training
+    forward only when that forward runs as one batch (`micro_batch_size` bounds memory)."""
+    name = engine(grpo)
+    if name == "paged":
+        reason = serving_refusal(model)
+        if reason is not None:
+            raise ValueError(f"grpo.engine / GRPO_ENGINE paged: {reason}")
+        return PagedBackend()
+    if name == "auto" and _on_cuda(model) and serving_refusal(model) is None:
+        return PagedBackend()
+    if name == "reference" or own_forward or not fast.supports(model):
         return ReferenceBackend()
     batch = None if grpo is None else grpo.prompts_per_step * grpo.group_size
     record = grpo is not None and (grpo.micro_batch_size is None or grpo.micro_batch_size >= batch)
+    record = record and grpo is not None and grpo.micro_batch_tokens is None  # packs: own forward
     return fast.FastBackend(record=record)
+
+
+def _on_cuda(model: Any) -> bool:
+    device = getattr(model, "device", None)
+    return isinstance(device, torch.device) and device.type == "cuda"

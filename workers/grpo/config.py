@@ -19,6 +19,8 @@ class _Strict(BaseModel):
 
 
 Text = Annotated[str, Field(min_length=1, max_length=200)]
+# The decoders a run can ask for (`backend.select_backend` chooses by it; docs/engine.md).
+Engine = Literal["auto", "fast", "reference", "paged"]
 
 
 class GRPOParams(_Strict):
@@ -56,6 +58,15 @@ class GRPOParams(_Strict):
     micro_batch_size: int | None = Field(
         None, ge=1, description="Completions per forward/backward; null = the whole batch."
     )
+    micro_batch_tokens: int | None = Field(
+        None,
+        ge=2,
+        le=1 << 22,
+        description="Pack each forward/backward's sequences (prompt + completion) end to end "
+        "without padding, at most this many tokens per micro-batch (veRL's use_remove_padding "
+        "with dynamic batch size); at least the longest prompt + max_new_tokens. Null: "
+        "micro-batches of micro_batch_size rows, padded.",
+    )
     mask_truncated_completions: bool = Field(
         False, description="Completions cut at max_new_tokens get no loss (DAPO overlong filter)."
     )
@@ -64,6 +75,26 @@ class GRPOParams(_Strict):
     )
     max_resample_rounds: int = Field(
         4, ge=0, le=64, description="Most extra draws per step when skip_zero_std_groups is on."
+    )
+    max_off_policy_steps: int = Field(
+        0,
+        ge=0,
+        le=8,
+        description="Rollouts may come from the policy of up to K optimizer steps ago: they are"
+        " generated in a thread of their own while the previous step trains (0 = synchronous).",
+    )
+    importance_sampling_cap: float | None = Field(
+        2.0,
+        ge=1.0,
+        le=100.0,
+        description="Truncated importance sampling of off-policy rollouts: each token's policy"
+        " gradient times min(pi_old / pi_sampler, cap); null turns the correction off.",
+    )
+    engine: Engine | None = Field(
+        None,
+        description="How rollouts are decoded: fast (the lean CPU path), reference (the model's"
+        " own forward), paged (transformers' continuous batching; llama, mistral, qwen2, qwen3),"
+        " auto (paged on CUDA, fast elsewhere); null = the worker's GRPO_ENGINE (default auto).",
     )
 
     @field_validator("micro_batch_size")
@@ -74,6 +105,13 @@ class GRPOParams(_Strict):
         p, g = info.data.get("prompts_per_step"), info.data.get("group_size")
         if value is not None and p is not None and g is not None and (p * g) % value:
             raise ValueError(f"must divide prompts_per_step * group_size = {p * g}")
+        return value
+
+    @field_validator("micro_batch_tokens")
+    @classmethod
+    def _one_micro_batching(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("micro_batch_size") is not None:
+            raise ValueError("set micro_batch_size or micro_batch_tokens, not both")
         return value
 
     @property
@@ -149,3 +187,14 @@ class TrainSpec(_Strict):
         " save_total_limit); null keeps every checkpoint.",
     )
     eval_every: int = Field(25, ge=1, description="Evaluate on the held-out set every N steps.")
+
+    @field_validator("environment")
+    @classmethod
+    def _episodes_on_policy(
+        cls, value: EnvironmentParams | None, info: ValidationInfo
+    ) -> EnvironmentParams | None:
+        # Episodes are played on the trainer's thread with the session it holds: not ahead.
+        grpo = info.data.get("grpo")
+        if value is not None and grpo is not None and grpo.max_off_policy_steps:
+            raise ValueError("environment episodes run on-policy: set grpo.max_off_policy_steps 0")
+        return value

@@ -17,8 +17,16 @@ constant". `loss_denominator` computes that constant over the *full* batch; pass
 `denominator` to each micro-batch's `grpo_loss` and the micro-batch losses (and gradients) add
 up exactly to the full-batch ones. Across processes the same holds: `total` adds a count up over
 every process's share of the batch (`distributed.Ranks.total`), and the summed gradients equal
-the one-process ones. Left out: entropy bonus, token-level importance sampling
-corrections for a sampler different from the policy (e.g. vLLM in another precision).
+the one-process ones.
+
+Off-policy rollouts (`grpo.max_off_policy_steps` K >= 1, `off_policy.py`) were sampled by a
+policy up to K updates older than pi_old. Truncated importance sampling (TIS: Yao et al., 2025,
+"Your efficient RL framework secretly brings you off-policy RL training", as veRL and prime-rl
+apply it) multiplies each token's policy-gradient term by
+
+    w_it = min(pi_old(y_it) / pi_sampler(y_it), cap)        (no gradient through w)
+
+Left out: entropy bonus; the sequence-level and masked (MIS) variants of the correction.
 """
 
 from __future__ import annotations
@@ -55,6 +63,14 @@ def loss_denominator(
     return _DENOMINATORS[aggregation](mask, max_new_tokens, total)
 
 
+def importance_weights(
+    old_logprobs: Tensor, sampler_logprobs: Tensor, cap: float
+) -> tuple[Tensor, Tensor]:
+    """TIS weights min(pi_old / pi_sampler, cap) (N, T), detached, and where the cap bit (N, T)."""
+    ratio = torch.exp(old_logprobs.detach() - sampler_logprobs)  # (N, T)
+    return ratio.clamp(max=cap), ratio > cap  # (N, T), (N, T)
+
+
 def grpo_loss(
     logprobs: Tensor,
     old_logprobs: Tensor | None,
@@ -68,8 +84,11 @@ def grpo_loss(
     aggregation: str,
     max_new_tokens: int,
     denominator: float | Tensor | None = None,
+    sampler_logprobs: Tensor | None = None,
+    importance_cap: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss (scalar) and stats; `denominator=None` means this batch is the whole batch.
+    With `sampler_logprobs` (N, T) and an `importance_cap`, the policy term is TIS-weighted.
 
     The stats are detached 0-d tensors on the loss's device: reading one (`float`, `.item()`)
     waits for the device, so the trainer reads them once, at the end of the step.
@@ -82,6 +101,10 @@ def grpo_loss(
     adv = advantages.unsqueeze(1)  # (N, 1)
     clipped = ratio.clamp(1 - clip_epsilon, 1 + clip_epsilon_high)  # (N, T)
     policy = -torch.min(ratio * adv, clipped * adv)  # (N, T)
+    tis = sampler_logprobs is not None and importance_cap is not None
+    if tis:
+        weight, capped = importance_weights(old, sampler_logprobs, importance_cap)  # (N, T)
+        policy = policy * weight  # (N, T)
     if ref_logprobs is not None:
         delta = ref_logprobs - logprobs  # (N, T)
         kl = torch.exp(delta) - delta - 1  # (N, T)
@@ -100,4 +123,7 @@ def grpo_loss(
         "clip_ratio_high": (high * mask).sum() / n_tokens,
         "clip_ratio": ((low + high) * mask).sum() / n_tokens,
     }
+    if tis:
+        stats["is_weight_mean"] = (weight * mask).sum() / n_tokens
+        stats["is_clipped_frac"] = (capped.float() * mask).sum() / n_tokens
     return loss, stats

@@ -8,7 +8,8 @@ Peak = weights (+ the fast path's packed copy for decoding)
        whose reference is the same weights with the adapter off)
      + KV cache: prompts_per_step x group_size rows x (prompt + max_new_tokens) tokens x
        layers x 2 x kv_dim
-     + activations kept for the backward pass of one micro-batch: per token and layer
+     + activations kept for the backward pass of one micro-batch (rows x (prompt +
+       max_new_tokens) tokens; packed: at most micro_batch_tokens): per token and layer
        20 H + 4.4 I values, 3.75 V for the logits, and per LoRA-wrapped module 1.25 x (its
        input width + rank)
      + a fixed 80 MiB of runtime workspace (allocator, kernels' scratch).
@@ -125,7 +126,7 @@ def estimate_memory(
         "optimizer": _per_device(trained * 3 * FP32, n),
         "reference": reference,
         "kv_cache": rows * seq * shape.num_layers * 2 * shape.kv_dim * half,
-        "activations": int(batch * seq * per_token * half),
+        "activations": int(min(batch * seq, g.micro_batch_tokens or rows * seq) * per_token * half),
     }
     return MemoryEstimate(**parts, total=sum(parts.values()))
 

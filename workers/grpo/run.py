@@ -1,5 +1,6 @@
 """One training run's state and its life outside the step: building it (model, optimizer,
-schedule, sampler, a resumed checkpoint's state) and saving it at a step boundary.
+schedule, sampler, a resumed checkpoint's state, with off-policy steps the generator that
+makes rollouts ahead: `off_policy.py`) and saving it at a step boundary.
 
 `trainer.py` holds the loop and the step; everything a step reads or updates is a `Run`.
 """
@@ -7,6 +8,7 @@ schedule, sampler, a resumed checkpoint's state) and saving it at a step boundar
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from workers.grpo.backend import Backend, select_backend
 from workers.grpo.checkpoint import (
@@ -29,12 +32,16 @@ from workers.grpo.device import autocast_for, default_device, resolve_precision
 from workers.grpo.distributed import Ranks, Solo, shard_model, world_of
 from workers.grpo.episode_rollout import EpisodeRollout
 from workers.grpo.evaluation import HackingWatch
+from workers.grpo.off_policy import RolloutsAhead, SerializedScorer, generator_copy
 from workers.grpo.peak_memory import MemoryMeter
 from workers.grpo.policy import BaseWeights, Policy, load_policy
+from workers.grpo.rollout import Rollout, collect_rollout
 from workers.grpo.sampling import Sampler
 from workers.grpo.schedule import lr_multiplier
 from workers.grpo.scoring import Scorer
 from workers.grpo.sharded import load_optimizer, save_sharded
+from workers.grpo.text import pad_id
+from workers.grpo.update import batch_logprobs
 
 
 def _noop(*_: Any) -> None:
@@ -86,6 +93,10 @@ class Run:
     meter: MemoryMeter | None = None
     world: Solo | Ranks = field(default_factory=Solo)
     episodes: EpisodeRollout | None = None  # a multi-turn environment's: steps play episodes
+    # max_off_policy_steps >= 1: the generator thread (`off_policy.py`), and the cursor state
+    # a resumed checkpoint saved for it
+    ahead: RolloutsAhead | None = None
+    saved_ahead: dict[str, Any] | None = None
     _record_index: dict[int, int] = field(default_factory=dict)  # id(record) -> its index
 
     def draw(self, k: int) -> list[dict]:
@@ -153,6 +164,7 @@ def open_run(
         set_rng_state(state["rng"], generator)
         if "watch" in state:
             run.watch.load_state_dict(state["watch"])
+        run.saved_ahead = state.get("off_policy")
         run.step = state["step"]
         _take_spec_rates(run, factor)
     return run
@@ -190,12 +202,46 @@ def _save(run: Run, directory: Path) -> Path:
 
 
 def _trainer_state(run: Run) -> dict[str, Any]:
+    # Off-policy: the generator has drawn ahead; what resumes is the cursor after the batch
+    # trained on last (`off_policy.py`: a resumed run samples the batches in flight again).
+    ahead = None if run.ahead is None else run.ahead.resume_state
     return {
         "step": run.step,
         # N processes: each holds a shard, saved by torch.distributed.checkpoint (`sharded.py`)
         **({"optimizer": run.optimizer.state_dict()} if run.world.size == 1 else {}),
         "scheduler": run.scheduler.state_dict(),
-        "data": run.stream.state_dict(),
+        "data": run.stream.state_dict() if ahead is None else ahead["data"],
         "rng": rng_state(run.generator),
         "watch": run.watch.state_dict(),
+        **({} if ahead is None else {"off_policy": {"sampler": ahead["sampler"]}}),
     }
+
+
+def rollouts_ahead(run: Run, saved: dict[str, Any] | None) -> RolloutsAhead:
+    """The generator of `run` (not started): its model copy, decoder and sampling generator
+    (from the checkpoint's `saved` state, else the run's). The scorers it gets and those of
+    `run.eval_scorers` then score one batch at a time."""
+    g, gen, tokenizer = run.spec.grpo, run.spec.generation, run.policy.tokenizer
+    if run.world.size > 1 or run.episodes is not None:  # refused at submission (`world.py`)
+        raise ValueError("max_off_policy_steps runs on one process, without episodes")
+    model = generator_copy(run.policy.model)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    backend = select_backend(model)  # no decode records: no trainer's forward could use them
+    backend.prepare(model)
+    generator = torch.Generator(device=run.generator.device)
+    generator.set_state(run.generator.get_state() if saved is None else saved["sampler"])
+    sampler = backend.sampler(model, tokenizer, generator)
+    lock = threading.Lock()  # one batch scored at a time, by either thread
+    scorers = [SerializedScorer(s, lock) for s in run.scorers]
+
+    def make_batch(on_event: Callable[[str, str, dict], None]) -> tuple[Rollout, Tensor, dict]:
+        with run.autocast():
+            roll = collect_rollout(run.draw, sampler, scorers, g, gen, pad_id(tokenizer), on_event)
+        lp = batch_logprobs(  # (N, T) under the weights that sampled
+            model, roll.generation, gen.temperature, g.micro_batch_size, run.autocast, backend,
+            micro_batch_tokens=g.micro_batch_tokens,
+        )  # fmt: skip
+        return roll, lp, {"data": run.stream.state_dict(), "sampler": generator.get_state()}
+
+    run.eval_scorers = [SerializedScorer(s, lock) for s in run.eval_scorers]
+    return RolloutsAhead(make_batch, trained, g.max_off_policy_steps, run.step, g.steps)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from workers.environments import EnvironmentSession
 from workers.grpo.advantages import group_advantages, zero_std_group_fraction
@@ -34,9 +35,9 @@ from workers.grpo.episode_rollout import EpisodeRollout, Played
 from workers.grpo.evaluation import evaluate
 from workers.grpo.loss import loss_denominator
 from workers.grpo.policy import BaseWeights, ModelLoadError
-from workers.grpo.rollout import collect_rollout
+from workers.grpo.rollout import Rollout, collect_rollout
 from workers.grpo.rollout_rows import rollout_rows
-from workers.grpo.run import Run, TrainHooks, TrainResult, open_run, save_step
+from workers.grpo.run import Run, TrainHooks, TrainResult, open_run, rollouts_ahead, save_step
 from workers.grpo.sampling import Generation
 from workers.grpo.scoring import Scored, Scorer
 from workers.grpo.update import accumulate_gradients, batch_logprobs
@@ -86,8 +87,20 @@ def train(
         max_turns = spec.environment.max_turns
         run.episodes = EpisodeRollout.of(environment, run.policy, max_turns, run.generator)
     run.eval_records, run.eval_scorers = list(eval_records or []), list(eval_scorers or scorers)
+    if spec.grpo.max_off_policy_steps:
+        run.ahead = rollouts_ahead(run, run.saved_ahead)
+        run.ahead.begin()
+    try:
+        return _loop(run, resume_from, Path(work_dir) / "checkpoints")
+    finally:
+        if run.ahead is not None:
+            run.ahead.close()
+
+
+def _loop(run: Run, resume_from: Path | None, checkpoints: Path) -> TrainResult:
+    """Steps until the last one, a stop or a release; checkpoints on the spec's cadence."""
+    spec, hooks = run.spec, run.hooks
     last, saved_step = resume_from, run.step
-    checkpoints = Path(work_dir) / "checkpoints"
     for step in range(run.step + 1, spec.grpo.steps + 1):
         if run.world.agree(hooks.should_release()):
             if run.step > saved_step:
@@ -116,13 +129,9 @@ def grpo_step(run: Run) -> dict[str, float]:
     g, gen, model, backend = run.spec.grpo, run.spec.generation, run.policy.model, run.backend
     world = run.world
     t_start = time.perf_counter()
-    # 1-3. prompts -> G completions each -> rewards (flat groups refilled if asked)
-    model.eval()
-    with world.rollout(model), run.autocast():
-        roll = collect_rollout(
-            run.draw, run.sampler, run.scorers, world.local(g), gen, _pad_id(run),
-            run.hooks.on_event, run.episodes,
-        )  # fmt: skip
+    # 1-3. prompts -> G completions each -> rewards (flat groups refilled if asked); with
+    # off-policy steps, made ahead by the generator thread with its log-probs and lag
+    roll, sampler_lp, lag = _rollout(run)
     out, rewards = roll.generation, roll.rewards  # rewards (N,)
     t_scored = time.perf_counter()
     # 4. group-relative advantages; the tokens that carry loss (episodes: the model's own)
@@ -132,7 +141,7 @@ def grpo_step(run: Run) -> dict[str, float]:
         keep = (~out.truncated).to(loss_mask.device, loss_mask.dtype)  # (N,)
         loss_mask = loss_mask * keep.unsqueeze(1)  # (N, T)
     # 5. pi_ref for the KL (skipped at beta = 0) and pi_old when the batch is reused mu times
-    temp, mb = gen.temperature, g.micro_batch_size
+    temp, mb, packed = gen.temperature, g.micro_batch_size, g.micro_batch_tokens
     ref_lp = old_lp = None
     # Before the first update the policy is pi_ref (a copy; LoRA: B = 0): KL 0, gradient 0.
     # Not scored then: a KL of two forwards that differ by float rounding (the replayed one,
@@ -140,12 +149,14 @@ def grpo_step(run: Run) -> dict[str, float]:
     if g.beta > 0 and run.optimizer.state:
         ref, ref_ctx = run.policy.reference, run.policy.reference_context
         with run.autocast():
-            ref_lp = batch_logprobs(ref, out, temp, mb, ref_ctx, backend)  # (N, T)
-    if g.num_iterations > 1:  # pi_old: kept by the sampler, else scored once now
-        old_lp = out.logprobs
+            ref_lp = batch_logprobs(ref, out, temp, mb, ref_ctx, backend, packed)  # (N, T)
+    if g.num_iterations > 1:  # pi_old: kept by the sampler (on-policy), else scored once now
+        old_lp = out.logprobs if run.ahead is None else None
         if old_lp is None:
             with run.autocast():
-                old_lp = batch_logprobs(model, out, temp, mb, backend=backend)  # (N, T)
+                old_lp = batch_logprobs(
+                    model, out, temp, mb, backend=backend, micro_batch_tokens=packed
+                )  # (N, T)
     # 6. mu optimisation passes over the batch: loss, backward, clip, AdamW step
     model.train()
     denominator = loss_denominator(loss_mask, g.loss_aggregation, gen.max_new_tokens, world.total)
@@ -154,13 +165,15 @@ def grpo_step(run: Run) -> dict[str, float]:
     for i in range(g.num_iterations):
         stats = accumulate_gradients(
             model, out, loss_mask, advantages, old_lp, ref_lp, g, gen, denominator, i == 0,
-            run.autocast, backend,
+            run.autocast, backend, sampler_lp,
         )  # fmt: skip
         stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(run.params, g.max_grad_norm)
         run.optimizer.step()
         run.optimizer.zero_grad(set_to_none=True)
         passes.append(world.pass_stats(stats, loss_mask, out.sampled_mask))
     run.scheduler.step()
+    if run.ahead is not None:  # the generator's weights for the batches still to sample
+        run.ahead.publish(run.step + 1, run.params)
     t_end = time.perf_counter()
     rows = rollout_rows(
         run.step + 1, "train", run.policy.tokenizer, roll.records, run.record_ids(roll.records),
@@ -194,7 +207,27 @@ def grpo_step(run: Run) -> dict[str, float]:
         ).item(),
         "world_size": float(world.size),
     }
+    if lag is not None:  # every row of a batch was sampled by the same policy
+        metrics["off_policy_steps_mean"] = float(lag)
     return metrics
+
+
+def _rollout(run: Run) -> tuple[Rollout, Tensor | None, int | None]:
+    """This step's batch, its sampler's log-probs (N, T) and lag in optimiser steps: sampled
+    now by the trained policy (None, None), or made ahead (`off_policy.py`)."""
+    if run.ahead is not None:
+        batch = run.ahead.next()
+        for event in batch.events:  # raised on the generator's thread, reported from this one
+            run.hooks.on_event(*event)
+        return batch.rollout, batch.sampler_logprobs, run.step - batch.version
+    g, model, world = run.spec.grpo, run.policy.model, run.world
+    model.eval()
+    with world.rollout(model), run.autocast():
+        roll = collect_rollout(
+            run.draw, run.sampler, run.scorers, world.local(g), run.spec.generation,
+            _pad_id(run), run.hooks.on_event, run.episodes,
+        )  # fmt: skip
+    return roll, None, None
 
 
 def _check_finite(metrics: dict[str, float], step: int) -> None:

@@ -5,8 +5,9 @@ the batch is reused mu = num_iterations times), micro-batch by micro-batch, in i
 `accumulate_gradients` backpropagates the clipped-surrogate + k3-KL loss (`loss.grpo_loss`,
 Shao et al., 2024, eq. 3) micro-batch by micro-batch; every micro-batch divides by the full
 batch's denominator, so the summed gradient equals the one-batch gradient exactly. Each
-micro-batch runs only up to its longest completion (`micro_batches`). The forwards are the
-backend's (`backend.py`); None chooses one for the model.
+micro-batch runs only up to its longest completion (`micro_batches`); with
+`micro_batch_tokens` the micro-batches are packed instead, sequences end to end without padding
+(`packing.py`). The forwards are the backend's (`backend.py`); None chooses one for the model.
 
 Host round-trips: statistics stay device tensors (as `grpo_loss` returns them) and are turned into
 Python floats once, by the caller, at the end of the step.
@@ -24,9 +25,11 @@ from torch import Tensor
 from workers.grpo.backend import Backend, select_backend
 from workers.grpo.config import GenerationParams, GRPOParams
 from workers.grpo.loss import grpo_loss
+from workers.grpo.packing import Pack, pack_micro_batches
 from workers.grpo.sampling import Generation
 
 Context = Callable[[], contextlib.AbstractContextManager]
+Window = tuple[slice, slice] | Pack  # (rows, completion columns) of a padded micro-batch, or a pack
 
 
 def micro_batches(out: Generation, size: int | None) -> list[tuple[slice, slice]]:
@@ -46,6 +49,34 @@ def micro_batches(out: Generation, size: int | None) -> list[tuple[slice, slice]
     return windows
 
 
+def windows(out: Generation, size: int | None, tokens: int | None) -> list[Window]:
+    """The micro-batches of a batch: packed ones of at most `tokens` tokens when set, else
+    `size` rows each."""
+    return micro_batches(out, size) if tokens is None else list(pack_micro_batches(out, tokens))
+
+
+def _span(window: Window) -> tuple[slice | Tensor, slice]:
+    """The window's rows and completion columns in the batch's (N, T) tensors."""
+    return (window.rows, window.cols) if isinstance(window, Pack) else window
+
+
+def padding_fraction(out: Generation, batches: list[Window]) -> Tensor:
+    """Share (0-d) of padded positions among all positions of the forwards' inputs: a padded
+    micro-batch feeds its rows' prompts (the batch's prompt width) and completions up to its
+    columns; a pack feeds its tokens and nothing else."""
+    positions = real = torch.zeros((), device=out.completion_ids.device)
+    for window in batches:
+        if isinstance(window, Pack):
+            positions, real = positions + window.tokens, real + window.tokens
+            continue
+        rows, cols = window
+        prompt = out.prompt_mask[rows]  # (n, P)
+        completion = out.completion_mask[rows, cols]  # (n, t)
+        positions = positions + prompt.numel() + completion.numel()
+        real = real + prompt.sum() + completion.sum()
+    return 1 - real / positions.clamp(min=1)
+
+
 def batch_logprobs(
     model: Any,
     out: Generation,
@@ -53,14 +84,20 @@ def batch_logprobs(
     micro_batch_size: int | None,
     context: Context = contextlib.nullcontext,
     backend: Backend | None = None,
+    micro_batch_tokens: int | None = None,
 ) -> Tensor:
-    """Log-probs (N, T) of the completions under `model` (pi_ref or pi_old), by micro-batch;
-    0 past each micro-batch's longest completion."""
+    """Log-probs (N, T) of the completions under `model` (pi_ref or pi_old), by micro-batch
+    (packed ones of at most `micro_batch_tokens` tokens when set); 0 past each micro-batch's
+    longest completion."""
     backend = backend or select_backend(model)
     with torch.inference_mode(), context():
         logprobs = torch.zeros(out.completion_ids.shape, device=out.completion_ids.device)
-        for rows, cols in micro_batches(out, micro_batch_size):
-            lp = backend.logprobs(model, out, rows, cols, temperature)  # (n, t)
+        for window in windows(out, micro_batch_size, micro_batch_tokens):
+            if isinstance(window, Pack):
+                lp = backend.packed_forward(model, out, window, temperature, False)[0]  # (n, t)
+            else:
+                lp = backend.logprobs(model, out, *window, temperature)  # (n, t)
+            rows, cols = _span(window)
             logprobs[rows, cols] = lp.float()  # (n, t)
     return logprobs.clone()  # a normal tensor: inference-mode ones cannot join autograd
 
@@ -78,8 +115,10 @@ def accumulate_gradients(
     with_entropy: bool,
     autocast: Context = contextlib.nullcontext,
     backend: Backend | None = None,
+    sampler_lp: Tensor | None = None,
 ) -> dict[str, Any]:
     """Backward the loss micro-batch by micro-batch; returns token-weighted batch statistics.
+    `sampler_lp` (N, T): an off-policy batch's sampler log-probs, for the TIS weights.
 
     `loss_mask` (N, T) selects the tokens that carry loss (the completion mask, less truncated
     completions when `mask_truncated_completions`; an episode's model tokens only); the forward
@@ -89,11 +128,18 @@ def accumulate_gradients(
     total_tokens = loss_mask.sum().clamp(min=1)  # ()
     stats: dict[str, Any] = {}
     entropy_sum = torch.zeros((), device=loss_mask.device)  # ()
-    for s, cols in micro_batches(out, grpo.micro_batch_size):
+    batches = windows(out, grpo.micro_batch_size, grpo.micro_batch_tokens)
+    for window in batches:
+        s, cols = _span(window)
         with autocast():
-            lp, entropy = backend.forward(
-                model, out, s, cols, gen.temperature, with_entropy
-            )  # (n, t)
+            if isinstance(window, Pack):
+                lp, entropy = backend.packed_forward(
+                    model, out, window, gen.temperature, with_entropy
+                )  # (n, t)
+            else:
+                lp, entropy = backend.forward(
+                    model, out, s, cols, gen.temperature, with_entropy
+                )  # (n, t)
         loss, mb = grpo_loss(
             lp.float(),
             None if old_lp is None else old_lp[s, cols],
@@ -106,6 +152,8 @@ def accumulate_gradients(
             aggregation=grpo.loss_aggregation,
             max_new_tokens=gen.max_new_tokens,
             denominator=denominator,
+            sampler_logprobs=None if sampler_lp is None else sampler_lp[s, cols],
+            importance_cap=grpo.importance_sampling_cap,
         )
         loss.backward()
         share = loss_mask[s, cols].sum() / total_tokens  # () token-weighted over micro-batches
@@ -115,4 +163,5 @@ def accumulate_gradients(
             entropy_sum += (entropy.float() * out.sampled_mask[s, cols]).sum()  # ()
     if with_entropy:
         stats["entropy"] = entropy_sum / out.sampled_mask.sum().clamp(min=1)  # ()
+    stats["padding_fraction"] = padding_fraction(out, batches)  # ()
     return stats

@@ -34,3 +34,7 @@ def check_world(spec: TrainSpec, nproc: int, knob: str = "--nproc") -> None:
         )
     if spec.lora is not None and spec.lora.export_merged:
         raise WorldSizeError("lora.export_merged runs on one process only")
+    if g.max_off_policy_steps:
+        raise WorldSizeError(
+            "grpo.max_off_policy_steps (rollouts generated ahead) runs on one process only"
+        )

@@ -20,6 +20,7 @@ from workers.grpo.fast.lean import supported
 from workers.grpo.fast.logprobs import completion_logprobs
 from workers.grpo.fast.replay import DecodeRecord, Replay
 from workers.grpo.fast.sampling import FastSampler
+from workers.grpo.packing import Pack, packed_logprobs
 from workers.grpo.sampling import Generation
 
 
@@ -99,6 +100,15 @@ class FastBackend:
             model, *_inputs(out, rows, cols), temperature, with_entropy, tape,
             **_host_side(out, rows),
         )  # fmt: skip
+
+    def packed_forward(
+        self, model: Any, out: Generation, pack: Pack, temperature: float, with_entropy: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """The reference path's packed forward (the model's own, `packing.py`): the lean forward
+        already feeds each completion only up to its end and each prompt once per group; packing
+        its row set too is left for when it pays. A decode record is not used: drop it."""
+        out.backend_state = None
+        return packed_logprobs(model, out, pack, temperature, with_entropy)
 
     @staticmethod
     def _replay(model: Any, out: Generation, rows: slice, cols: slice) -> Replay | None:

@@ -1,0 +1,164 @@
+"""Off-policy steps, bounded (`grpo.max_off_policy_steps` = K >= 1): rollouts generated ahead.
+
+A thread of its own draws the prompts, samples and scores the groups (`rollout.collect_rollout`)
+and scores the sampled tokens once more under the weights that sampled them (the sampler's
+log-probs, for the loss's truncated importance sampling, `loss.importance_weights`), while the
+trainer trains on an earlier batch. The generator decodes with a copy of the policy: parameters
+that do not train (a LoRA run's base weights) are shared with the trainer's model, those that
+train are its own, and after every optimiser step the trainer publishes their new values
+(LoRA: the adapter only), which the generator copies in between two batches.
+
+The schedule is fixed, as veRL's one-step-off pipeline is for K = 1: batch b (the one step b
+trains on) is sampled by the policy after update max(v0, b - 1 - K), v0 being the update the run
+started (or resumed) at. Its lag, in optimiser steps, is min(K, b - 1 - v0) in every run, so the
+same spec and seed give the same metrics whatever the threads' timing; at most K batches wait in
+the queue. A checkpoint after step s holds the prompt cursor and the sampling generator's state
+as they were after batch s was drawn; a resumed run samples batches s + 1, ... again from there,
+with the saved policy (lag 0 for its first batch): the same prompts, in the same order.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from workers.grpo.rollout import Rollout
+from workers.grpo.scoring import Scorer
+
+Event = tuple[str, str, dict]
+
+
+@dataclass
+class AheadBatch:
+    """One rollout made by the generator, with what the trainer needs to know of its making."""
+
+    rollout: Rollout
+    sampler_logprobs: Tensor  # (N, T) log pi_sampler of the sampled tokens, 0 after the end
+    version: int  # the optimiser steps the sampling policy had taken
+    events: list[Event] = field(default_factory=list)  # raised while making it, in order
+    resume_state: dict[str, Any] = field(default_factory=dict)  # the cursor after drawing it
+
+
+class SerializedScorer:
+    """A scorer that scores one batch at a time across threads (the generator's training
+    batches and the trainer's held-out evaluation may share verifiers and their processes)."""
+
+    def __init__(self, inner: Scorer, lock: threading.Lock) -> None:
+        self.inner, self.lock = inner, lock
+        self.name, self.weight = inner.name, inner.weight
+
+    def score(self, samples: list[dict]) -> tuple[list[float | None], list[str | None]]:
+        with self.lock:
+            return self.inner.score(samples)
+
+
+def generator_copy(model: Any) -> Any:
+    """The generator's model: a copy whose frozen parameters are the trainer's own tensors
+    (read by both, written by neither) and whose trained parameters are copies."""
+    shared = {id(p): p for p in model.parameters() if not p.requires_grad}
+    twin = copy.deepcopy(model, memo=dict(shared))
+    return twin.eval()
+
+
+# Makes batch b (1-based) on the generator's thread: (on_event) -> (rollout, sampler log-probs,
+# the cursor after drawing it).
+MakeBatch = Callable[[Callable[[str, str, dict], None]], tuple[Rollout, Tensor, dict[str, Any]]]
+
+
+class RolloutsAhead:
+    """The generator thread, its queue of at most K batches, and the published weights."""
+
+    def __init__(
+        self,
+        make_batch: MakeBatch,
+        trained: list[Tensor],
+        max_off_policy_steps: int,
+        start: int,
+        last_step: int,
+    ) -> None:
+        self.make_batch, self.trained = make_batch, trained  # the generator's trained params
+        self.k, self.start, self.last = max_off_policy_steps, start, last_step
+        self.version = start  # the updates the generator's weights hold
+        self.published: dict[int, list[Tensor]] = {}
+        self.queue: deque[AheadBatch] = deque()
+        self.lock = threading.Condition()
+        self.error: BaseException | None = None
+        self.stopped = False
+        self.resume_state: dict[str, Any] | None = None  # of the batch trained on last
+        self.thread = threading.Thread(target=self._loop, name="grpo-rollouts", daemon=True)
+
+    def needed_version(self, batch: int) -> int:
+        return max(self.start, batch - 1 - self.k)
+
+    def begin(self) -> None:
+        self.thread.start()
+
+    def next(self) -> AheadBatch:
+        """The next batch, in order; blocks until it is made; raises the generator's error."""
+        with self.lock:
+            self.lock.wait_for(lambda: self.queue or self.error is not None)
+            if self.error is not None:
+                raise self.error
+            batch = self.queue.popleft()
+            self.lock.notify_all()
+        self.resume_state = batch.resume_state
+        return batch
+
+    def publish(self, version: int, params: list[Tensor]) -> None:
+        """The trainer's weights after `version` updates, if a batch still to come needs them."""
+        if version > self.needed_version(self.last):
+            return
+        snapshot = [p.detach().clone() for p in params]
+        with self.lock:
+            self.published[version] = snapshot
+            self.lock.notify_all()
+
+    def close(self) -> None:
+        with self.lock:
+            self.stopped = True
+            self.lock.notify_all()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def _loop(self) -> None:
+        try:
+            for batch in range(self.start + 1, self.last + 1):
+                if not self._load_weights(self.needed_version(batch)):
+                    return
+                events: list[Event] = []
+                rollout, sampler_lp, state = self.make_batch(lambda *e, to=events: to.append(e))
+                made = AheadBatch(rollout, sampler_lp, self.version, events, state)
+                with self.lock:
+                    self.lock.wait_for(lambda: self.stopped or len(self.queue) < self.k)
+                    if self.stopped:
+                        return
+                    self.queue.append(made)
+                    self.lock.notify_all()
+        except BaseException as exc:  # noqa: BLE001 - handed to the trainer, which raises it
+            with self.lock:
+                self.error = exc
+                self.lock.notify_all()
+
+    def _load_weights(self, version: int) -> bool:
+        """Wait for the published weights of `version` and copy them in; False when stopped."""
+        if version == self.version:
+            return True
+        with self.lock:
+            self.lock.wait_for(lambda: self.stopped or version in self.published)
+            if self.stopped:
+                return False
+            weights = self.published.pop(version)
+            for old in [v for v in self.published if v < version]:
+                del self.published[old]
+        with torch.no_grad():
+            for dst, src in zip(self.trained, weights, strict=True):
+                dst.copy_(src)
+        self.version = version
+        return True
