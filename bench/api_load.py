@@ -1,15 +1,15 @@
 """API load benchmark: job-status polling and job creation against a production-mode API,
-measured against its floor.
+measured beside its floor.
 
-Starts everything itself: a fresh PostgreSQL database, `grpo-service api --workers N` (Redis
-broker on a db number of its own, local object storage), one tenant, and beside it the floor:
-a bare FastAPI route (`bench/bare_app.py`, the same response bytes) served the same way (N
-processes sharing the port, the same HTTP protocol and options). Then, for each phase, keeps C
-keep-alive connections busy for D seconds with a small asyncio HTTP/1.1 client (no third-party
-load tool needed) and prints requests/s, p50/p99 latency, errors (a `Connection: close`
-answer is no error: the client reconnects, as any does) and the API's RSS (all processes) at
-start and end. The status-poll rate is also printed as a fraction of the bare route's: a figure that
-depends far less on the machine (and on whatever else runs on it) than requests/s.
+Starts everything itself: a fresh PostgreSQL database, `grpo-service api --workers N`
+(uvicorn's own worker processes; Redis broker on a db number of its own, local object
+storage), one tenant, and beside it the floor: a bare FastAPI route (`bench/bare_app.py`, the
+same response bytes) served by uvicorn the same way (N workers, the same HTTP protocol and
+limits). Then, for each phase, keeps C keep-alive connections busy for D seconds with a small
+asyncio HTTP/1.1 client (no third-party load tool needed) and prints requests/s, p50/p99
+latency, errors and 5xx answers (a `Connection: close` answer is no error: the client
+reconnects, as any does), the API's CPU per request and its RSS (all processes) at start and
+end. API CPU ms per request depends far less on the machine's other load than requests/s.
 
     .venv/bin/python bench/api_load.py --seconds 60 --workers 2
 """
@@ -35,6 +35,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.process_stats import connections_per_process, cpu_seconds, rss_mib  # noqa: E402
+from service.http.http_limits import uvicorn_options  # noqa: E402
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432"
 MORE_KEYS = """
@@ -76,6 +77,7 @@ def wait_up(url: str, timeout_s: float = 60) -> None:
 class Stats:
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
+    server_errors: int = 0  # 5xx answers
     reconnects: int = 0
     statuses: dict[int, int] = field(default_factory=dict)
 
@@ -119,6 +121,8 @@ async def worker(host: str, port: int, request: bytes, ok: int, until: float, st
             stats.statuses[answer.status] = stats.statuses.get(answer.status, 0) + 1
             if answer.status != ok:
                 stats.errors += 1
+            if answer.status >= 500:
+                stats.server_errors += 1
             if answer.close:  # as any HTTP/1.1 client: the next request on a new connection
                 writer.close()
                 stats.reconnects += 1
@@ -184,6 +188,7 @@ async def phase(
         "p50_ms": lat[len(lat) // 2] * 1000 if lat else float("nan"),
         "p99_ms": lat[int(len(lat) * 0.99)] * 1000 if lat else float("nan"),
         "errors": stats.errors,
+        "5xx": stats.server_errors,
         "reconnects": stats.reconnects,
         "rss_start_mib": rss_start,
         "rss_end_mib": rss_mib(pid),
@@ -192,7 +197,8 @@ async def phase(
     }
     print(
         f"{name:22s} {result['rps']:8.0f} req/s  p50 {result['p50_ms']:6.1f} ms  "
-        f"p99 {result['p99_ms']:6.1f} ms  errors {stats.errors}  statuses {stats.statuses}  "
+        f"p99 {result['p99_ms']:6.1f} ms  errors {stats.errors}  5xx {stats.server_errors}  "
+        f"statuses {stats.statuses}  "
         f"reconnects {stats.reconnects}  "
         f"RSS {rss_start:.0f} -> {result['rss_end_mib']:.0f} MiB  "
         f"API CPU {result['api_cpu_ms_per_request']:.2f} ms/req  "
@@ -205,7 +211,7 @@ async def phase(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="Length of each phase.")
-    parser.add_argument("--workers", type=int, default=2, help="API processes.")
+    parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes.")
     parser.add_argument("--connections", type=int, default=32, help="Concurrent connections.")
     parser.add_argument("--redis-db", type=int, default=13, help="Redis db number to use.")
     parser.add_argument(
@@ -249,14 +255,17 @@ def main() -> None:
     psql(f"CREATE DATABASE {db}")
     api = bare = None
 
-    # Both servers as `grpo-service api --workers N` runs them (the bare app through the same
-    # supervisor and process commands).
-    def serve(app: str, port: int) -> list[str]:
-        launch = (
-            "import sys; from service.supervisor import Supervisor, api_commands; sys.exit("
-            f"Supervisor(api_commands('127.0.0.1', {port}, {args.workers}, {app!r})).run())"
-        )
-        return [sys.executable, "-c", launch]
+    # The API as `grpo-service api --workers N` runs it; the bare app by uvicorn the same way.
+    api_command = [
+        sys.executable, "-m", "service.cli", "api", "--port", str(port),
+        "--workers", str(args.workers),
+    ]  # fmt: skip
+
+    def bare_command(bare_port: int) -> list[str]:
+        return [
+            sys.executable, "-m", "uvicorn", "bench.bare_app:app", "--port", str(bare_port),
+            "--workers", str(args.workers), "--no-access-log", *uvicorn_options(),
+        ]  # fmt: skip
 
     try:
         cli = [sys.executable, "-m", "service.cli"]
@@ -274,10 +283,7 @@ def main() -> None:
             [sys.executable, "-c", MORE_KEYS, str(args.tenants - 1)],
             env=env, check=True, capture_output=True, text=True, cwd=ROOT,
         ).stdout.split()  # fmt: skip
-        api = subprocess.Popen(
-            serve("service.main:app", port),
-            env=env, cwd=ROOT, start_new_session=True,
-        )  # fmt: skip
+        api = subprocess.Popen(api_command, env=env, cwd=ROOT, start_new_session=True)
         base = f"http://127.0.0.1:{port}"
         client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"})
         deadline = time.monotonic() + 60
@@ -294,7 +300,7 @@ def main() -> None:
         job = client.post("/v1/jobs", json=spec).json()
         bare_port = free_port()
         bare = subprocess.Popen(
-            serve("bench.bare_app:app", bare_port),
+            bare_command(bare_port),
             env={**env, "BENCH_BARE_BODY": client.get(f"/v1/jobs/{job['id']}").text},
             cwd=ROOT, start_new_session=True,
         )  # fmt: skip

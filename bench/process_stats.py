@@ -48,8 +48,8 @@ def cpu_seconds(pid: int) -> float:
 
 def connections_per_process(pid: int, port: int) -> list[int]:
     """Established connections to `port` held by each of the server's processes, most first.
-    A process holding more of them answers each more slowly (the p99 comes from its share):
-    `service.connection_shares` keeps the shares even."""
+    A process holding more of them answers each more slowly (the p99 comes from its share);
+    which uvicorn worker accepts a connection is the kernel's choice."""
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:

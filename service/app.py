@@ -26,8 +26,6 @@ from service.http.wakeups import wake_ups
 from service.http.whoami import router as whoami_router
 from service.inference.router import router as inference_router
 from service.jobs.control import router as job_control_router
-from service.jobs.poll import PollFastPath
-from service.jobs.router import poll_route
 from service.jobs.router import router as jobs_router
 from service.preflight.router import router as preflight_router
 from service.rollouts.router import router as rollouts_router
@@ -106,7 +104,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(docs_router)
     openapi.install(app)
     # First added: innermost, inside every other middleware of ours.
-    app.add_middleware(PollFastPath, route=poll_route(jobs_router))
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(RateLimitHeaders)
     app.add_middleware(MetricsMiddleware)

@@ -13,7 +13,7 @@ from rich.console import Console
 from service.auth.cli import app as keys_app
 from service.catalog.cli import app as models_app
 from service.secrets.cli import app as secrets_app
-from service.supervisor import Supervisor, api_commands, serve_command, worker_command
+from service.supervisor import Supervisor, api_command, serve_command, worker_command
 from service.usage.cli import app as tenants_app
 
 app = typer.Typer(
@@ -54,14 +54,29 @@ def api(
     host: HostOpt = "127.0.0.1",
     port: PortOpt = 8000,
     workers: Annotated[
-        int, typer.Option(min=1, help="API processes (one per core), sharing the port.")
+        int,
+        typer.Option(
+            min=1,
+            help="uvicorn worker processes sharing the port. In production keep 1 and run "
+            "more containers.",
+        ),
     ] = 1,
 ) -> None:
-    """Run the REST API (uvicorn)."""
-    from service.api_process import claim_port
+    """Run the REST API (uvicorn, with the limits of `service.http.http_limits`)."""
+    import uvicorn
 
-    claim_port(host, port)
-    raise typer.Exit(Supervisor(api_commands(host, port, workers), restart=True).run())
+    from service.http.http_limits import server_options
+
+    # workers=1 serves in this process; more: uvicorn's supervisor, which restarts a dead one
+    # and stops them all on SIGTERM/SIGINT (a SIGKILL of it leaves them: use SIGTERM).
+    uvicorn.run(
+        "service.main:app",
+        host=host,
+        port=port,
+        workers=workers,
+        access_log=False,
+        **server_options(),
+    )
 
 
 @app.command()
@@ -128,7 +143,7 @@ def up(
     mode = "embedded" if settings.embedded else "production"
     _log_sandbox_mode()
     console.print(f"grpo-service up ({mode}) on http://{host}:{port}, data in {settings.data_path}")
-    commands = [*api_commands(host, port), worker_command("gpu")]
+    commands = [api_command(host, port), worker_command("gpu")]
     if serve and not settings.inference_url:
         commands.append(_embedded_serve(serve_port or _free_port_near(port + 1)))
     with registered(["gpu"], settings):
@@ -260,8 +275,8 @@ def report(
     api_key: Annotated[str | None, typer.Option(help="API key (env GRPO_API_KEY).")] = None,
 ) -> None:
     """Write a self-contained HTML report of a run (curves, spec, verifiers, checkpoints)."""
-    from service.client import ClientError
-    from service.client.report import write_report
+    from grpo_client import ClientError
+    from grpo_client.report import write_report
 
     try:
         path = write_report(job_id, str(out), url, api_key)

@@ -1,7 +1,6 @@
-"""Run the service's processes (API, worker) as children and stop them together.
+"""Run the service's processes (API, worker, inference) as children and stop them together.
 
-An API process that dies after running a while is started again (the others serve
-meanwhile); any other child exiting stops them all, for the orchestrator to restart.
+Any child exiting stops them all, for the orchestrator (or the user) to start again.
 
 Each child runs in a process group of its own under a small leader (`process_group.py`) that
 passes SIGTERM to the whole group, so it reaches a Celery worker's pool child too: the training
@@ -14,7 +13,6 @@ threads here, beside every worker.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 import subprocess
@@ -23,26 +21,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-log = logging.getLogger(__name__)
-
-# A child that exits sooner than this after its start is not started again (see `_restart`).
-RESTART_AFTER_S = 5.0
+from service.http.http_limits import uvicorn_options
 
 
-def api_commands(
-    host: str, port: int, workers: int = 1, app: str = "service.main:app"
-) -> list[list[str]]:
-    """One command per API process (`service/api_process.py`): each listens on a socket of
-    its own, shared with the others (`SO_REUSEPORT`) when there are several. uvicorn picks
-    uvloop itself when installed (a dependency); the HTTP protocol and the limits on slow
-    clients come from `http_limits`. Each process has its own pool and caches."""
-    command = [
-        sys.executable, "-m", "service.api_process", app,
-        "--host", host, "--port", str(port),
+def api_command(host: str, port: int) -> list[str]:
+    """The API as one uvicorn process, with the limits `grpo-service api` runs with."""
+    return [
+        sys.executable, "-m", "uvicorn", "service.main:app", "--host", host,
+        "--port", str(port), "--no-access-log", *uvicorn_options(),
     ]  # fmt: skip
-    if workers == 1:
-        return [command]
-    return [[*command, "--shared"] for _ in range(workers)]
 
 
 def serve_command(host: str, port: int) -> list[str]:
@@ -67,10 +54,7 @@ class Supervisor:
     commands: list[list[str]]
     grace_seconds: float = 600.0
     reconcile: bool = False
-    # Start again a child that exits on its own (API processes: the others keep serving).
-    restart: bool = False
     _stop: threading.Event = field(default_factory=threading.Event)
-    _started: dict[int, float] = field(default_factory=dict)  # pid -> monotonic start
 
     def run(self) -> int:
         procs = [self._start(cmd) for cmd in self.commands]
@@ -78,10 +62,7 @@ class Supervisor:
         signal.signal(signal.SIGINT, lambda *_: self._stop.set())
         if self.reconcile:
             self._start_reconciler()
-        while not self._stop.is_set():
-            exited = [i for i, p in enumerate(procs) if p.poll() is not None]
-            if exited and not self._restart(procs, exited):
-                break
+        while not self._stop.is_set() and all(p.poll() is None for p in procs):
             time.sleep(0.2)
         requested = self._stop.is_set()
         self._stop.set()
@@ -100,23 +81,7 @@ class Supervisor:
         return max((p.returncode or 0) for p in procs) or 1
 
     def _start(self, command: list[str]) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(self._in_own_group(command), start_new_session=True)
-        self._started[proc.pid] = time.monotonic()
-        return proc
-
-    def _restart(self, procs: list[subprocess.Popen[bytes]], exited: list[int]) -> bool:
-        """Start again each child that exited on its own after running a while, when this
-        supervisor restarts children; False (stop them all) otherwise: one that exits at once
-        would only fail again (a port in use, a bad setting)."""
-        now = time.monotonic()
-        ran_s = [now - self._started.pop(procs[i].pid) for i in exited]
-        if not self.restart or min(ran_s) < RESTART_AFTER_S:
-            return False
-        for i in exited:
-            name = " ".join(self.commands[i][2:4])  # `-m module`
-            log.warning("%s exited with %s: started again", name, procs[i].returncode)
-            procs[i] = self._start(self.commands[i])
-        return True
+        return subprocess.Popen(self._in_own_group(command), start_new_session=True)
 
     def _in_own_group(self, command: list[str]) -> list[str]:
         leader = [sys.executable, "-m", "service.process_group", str(self.grace_seconds), "--"]

@@ -14,8 +14,8 @@ down_revision: str | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# service/jobs/poll_cache.py listens on this channel; the payload is the job's id. PostgreSQL
-# only: SQLite (embedded mode) has no notifications, and the API keeps no poll cache there.
+# The API's status-poll cache listened on this channel (gone, and the trigger dropped by 0017);
+# the payload is the job's id. PostgreSQL only: SQLite (embedded mode) has no notifications.
 CHANNEL = "grpo_job_changed"
 
 

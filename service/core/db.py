@@ -76,27 +76,6 @@ def get_engine() -> Engine:
 
 
 @lru_cache
-def get_read_engine(connections: int) -> Engine:
-    """For the hot path's single-statement reads (the status poll): autocommit (no BEGIN and
-    COMMIT round trips) and no pre-ping (a `SELECT 1` round trip at every checkout, 13% of a
-    poll's samples under py-spy). The caller retries once when a connection turns out dead
-    (`DBAPIError.connection_invalidated`: the pool then drops every older connection), which
-    a read may. `connections` bounds the pool: its callers' own concurrency limit. SQLite has
-    no server round trips to save: the one engine."""
-    url = get_settings().effective_database_url
-    if url.startswith("sqlite"):
-        return get_engine()
-    return create_engine(
-        url,
-        isolation_level="AUTOCOMMIT",
-        pool_size=connections,
-        max_overflow=0,
-        pool_timeout=get_settings().db_pool_timeout_s,
-        connect_args={"connect_timeout": 5} if url.startswith("postgresql") else {},
-    )
-
-
-@lru_cache
 def get_sessionmaker() -> sessionmaker[Session]:
     return sessionmaker(get_engine(), expire_on_commit=False)
 

@@ -29,7 +29,7 @@ POOL_RETRY_AFTER_S = 1
 DATABASE_RETRY_AFTER_S = 2
 # What the database driver raises when the database cannot be reached (down, restarting, not
 # accepting connections) or gives up on a statement: SQLAlchemy's wrapper, and psycopg's own
-# from the status poll's async reads.
+# where psycopg is used directly (the open-jobs pipeline, `service.jobs.open_jobs`).
 DATABASE_UNAVAILABLE = (OperationalError, psycopg.OperationalError)
 
 

@@ -1,29 +1,39 @@
-"""The API server's limits on slow and oversized clients, as uvicorn command-line options.
+"""The API server's limits on slow and oversized clients: uvicorn's own settings, no more.
 
-uvicorn has no read deadline of its own: a connection that sends nothing, or a header line now
-and then, is held for ever (3,050 such connections were still held after 100 s). The protocol
-named here (`service/http_protocol.py`) adds the deadlines; the rest is what uvicorn offers.
-None of it makes a public API safe against a slowloris from many addresses: put a reverse
-proxy that buffers requests in front (docs/architecture.md#deployment-in-detail).
+uvicorn's h11 protocol (chosen here over httptools, which bounds no header size) caps the
+request line plus headers (`h11_max_incomplete_event_size`: beyond, 400 and close); idle
+keep-alive connections close after `timeout_keep_alive`; past `limit_concurrency` connections
+plus running requests a process answers 503; `backlog` bounds the kernel's accept queue.
+uvicorn has no deadline for a request's headers or body: a client that connects and then sends
+nothing, or a byte now and then, holds its connection until it leaves. A public API therefore
+sits behind a reverse proxy that buffers whole requests before passing them on (nginx,
+Envoy, a cloud load balancer): docs/architecture.md#deployment-in-detail.
 """
 
 from __future__ import annotations
 
+from typing import Literal, TypedDict
+
 from service.settings import Settings, get_settings
 
-PROTOCOL = "service.http_protocol:BoundedHttpToolsProtocol"
+
+class ServerOptions(TypedDict):
+    http: Literal["h11"]
+    h11_max_incomplete_event_size: int
+    timeout_keep_alive: int
+    limit_concurrency: int
+    backlog: int
 
 
-def server_options(settings: Settings | None = None) -> dict[str, str | int]:
-    """The options as `uvicorn.Config` takes them (`service/api_process.py`)."""
+def server_options(settings: Settings | None = None) -> ServerOptions:
+    """The options as `uvicorn.run` and `uvicorn.Config` take them."""
     settings = settings or get_settings()
     return {
-        "http": PROTOCOL,
+        "http": "h11",
+        "h11_max_incomplete_event_size": settings.http_max_header_bytes,
         "timeout_keep_alive": settings.http_keepalive_s,
         "limit_concurrency": settings.http_limit_concurrency,
         "backlog": settings.http_backlog,
-        # Only h11 reads it (the protocol above bounds headers itself); set for a fallback.
-        "h11_max_incomplete_event_size": settings.http_max_header_bytes,
     }
 
 

@@ -3,7 +3,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
 from fastapi.responses import StreamingResponse
-from fastapi.routing import APIRoute
 from sqlalchemy import select
 
 from service.core.pagination import MAX_ID, MAX_INT, Page, PageDep, paginate
@@ -22,7 +21,6 @@ from service.jobs import service
 from service.jobs.deps import check_open_jobs
 from service.jobs.downloads import download_response
 from service.jobs.events import stream_events
-from service.jobs.poll import read_job
 from service.jobs.schemas import (
     CheckpointOut,
     CheckpointsPage,
@@ -98,15 +96,9 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=problems(404))
-async def get_job(job_id: str, tenant: TenantDep) -> Response:
-    """The status poll. Most polls never reach this route: `service.jobs.poll.PollFastPath`
-    answers them first, the same way; a key not cached yet, for one, comes here."""
-    return await read_job(tenant, job_id)  # the same 404 for a missing id or another tenant's
-
-
-def poll_route(jobs_router: APIRouter) -> APIRoute:
-    """The status poll's route (`service.jobs.poll.PollFastPath` labels its answers with it)."""
-    return next(r for r in jobs_router.routes if isinstance(r, APIRoute) and r.endpoint is get_job)
+def get_job(job: JobDep) -> Response:
+    """The status poll: the same 404 for a missing id or another tenant's job."""
+    return _json(job)
 
 
 @router.post(

@@ -71,22 +71,10 @@ class ApiSettings(BaseModel):
     http_keepalive_s: int = Field(
         5, ge=1, description="An idle keep-alive connection is closed after this (uvicorn)."
     )
-    http_header_timeout_s: float = Field(
-        10.0,
-        gt=0,
-        allow_inf_nan=False,
-        description="A request's line and headers must arrive within this from its first byte "
-        "(or from the connection's opening); past it the connection is closed (408).",
-    )
-    http_body_timeout_s: float = Field(
-        30.0,
-        gt=0,
-        allow_inf_nan=False,
-        description="The longest pause between two parts of a request body; past it the "
-        "connection is closed.",
-    )
     http_max_header_bytes: int = Field(
-        32 << 10, ge=1024, description="Largest request line plus headers (431 beyond)."
+        32 << 10,
+        ge=1024,
+        description="Largest request line plus headers (400 beyond; uvicorn's h11).",
     )
     http_limit_concurrency: int = Field(
         1000,

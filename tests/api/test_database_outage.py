@@ -1,7 +1,7 @@
-"""A database out of reach answers 503 with Retry-After, never a 500: status polls (the fast
-path's async reads and the router's), submissions and reads through the router alike, and the
-same requests answer again once the database is back. Real PostgreSQL: the test's database is
-closed to new connections and its backends terminated, as a restart or a failover does."""
+"""A database out of reach answers 503 with Retry-After, never a 500: status polls, submissions
+and other reads alike, and the same requests answer again once the database is back. Real
+PostgreSQL: the test's database is closed to new connections and its backends terminated, as a
+restart or a failover does."""
 
 from __future__ import annotations
 
@@ -53,16 +53,16 @@ def test_an_unreachable_database_answers_503_then_recovers(
     dataset = make_dataset(client)
     job = make_job(client, dataset)
     poll = f"/v1/jobs/{job['id']}"
-    assert client.get(poll).status_code == 200  # the key is cached: the fast path answers
+    assert client.get(poll).status_code == 200  # the key is cached: no lookup needed
 
     _close(db)
-    deadline = time.monotonic() + 5  # the poll cache may answer for up to a second
+    deadline = time.monotonic() + 5  # a backend still ending may answer a poll or two
     while (answer := client.get(poll)).status_code == 200:
         assert time.monotonic() < deadline, "polls kept answering from a closed database"
         time.sleep(0.2)
     requests = {
         "poll": answer,
-        "poll through the router": client.get(poll, params={"fields": "all"}),
+        "poll with a query string": client.get(poll, params={"fields": "all"}),
         "list": client.get("/v1/jobs"),
         "submission": client.post("/v1/jobs", json=job_body(dataset)),
     }

@@ -39,6 +39,24 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
+def _celery_pool_child(root: int) -> bool:
+    """Whether a Celery worker under `root` has forked its pool child: a fork keeps its
+    parent's command line (the supervisors' process-group leaders only name celery)."""
+
+    def cmdline(pid: int) -> bytes:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return b""
+
+    tree = _children()
+    return any(
+        b"celery" in cmdline(parent) and cmdline(child) == cmdline(parent)
+        for parent in _descendants(root)
+        for child in tree.get(parent, [])
+    )
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -64,7 +82,9 @@ def test_a_killed_supervisor_leaves_no_process_behind(tmp_path: Path) -> None:
                     break
             except httpx.HTTPError:
                 time.sleep(0.5)
-        time.sleep(3)  # the Celery worker has forked its pool child by now
+        deadline = time.monotonic() + 60  # until the family is whole
+        while not _celery_pool_child(up.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
         family = _descendants(up.pid)
         assert len(family) >= 3, family  # uvicorn, celery, its pool child (and their leaders)
         up.send_signal(signal.SIGKILL)
