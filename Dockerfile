@@ -42,6 +42,9 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 RUN pip install --upgrade pip
 COPY pyproject.toml README.md ./
+# The client (grpo-client, a dependency of the package that is not on PyPI) is installed from
+# its folder, beside the other runtime dependencies.
+COPY service/client/ service/client/
 # The runtime dependencies, read from pyproject.toml, in their own layer (cached across code edits).
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
     > /tmp/requirements.txt
@@ -51,7 +54,7 @@ FROM build AS build-api
 ARG TORCH_SPEC
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 RUN pip install --index-url "${TORCH_INDEX_URL}" "${TORCH_SPEC}" \
- && pip install -r /tmp/requirements.txt
+ && pip install ./service/client -r /tmp/requirements.txt
 COPY . .
 RUN pip install --no-deps -e .
 
@@ -60,7 +63,7 @@ FROM build AS build-worker
 ARG TORCH_SPEC
 ARG TORCH_INDEX_URL=https://pypi.org/simple
 RUN pip install --index-url "${TORCH_INDEX_URL}" "${TORCH_SPEC}" \
- && pip install -r /tmp/requirements.txt
+ && pip install ./service/client -r /tmp/requirements.txt
 COPY . .
 RUN pip install --no-deps -e .
 

@@ -11,10 +11,11 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml service/client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e service/client  # grpo-client: the server depends on it, not on PyPI
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from service.client import Client
+from grpo_client import Client
 from service.demo_task import DIGIT_VERIFIER_SOURCE, digit_records
 from tests.e2e.services import TINY, RunningService, run_service
 

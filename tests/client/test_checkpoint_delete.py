@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.client import ApiError, Client
+from grpo_client import ApiError, Client
 from service.demo_task import digit_records
 from tests.client.shared import Trained, job_spec
 from tests.client.test_cli import grpo

@@ -21,7 +21,7 @@ def grpo(
     *args: str, env: dict[str, str], code: int = 0, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     out = subprocess.run(
-        [sys.executable, "-m", "service.client", *args],
+        [sys.executable, "-m", "grpo_client", *args],
         env=env,
         input=stdin,
         capture_output=True,

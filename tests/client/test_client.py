@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.client import ApiError, Client, ConnectionFailed
-from service.client.models import EventOut
+from grpo_client import ApiError, Client, ConnectionFailed
+from grpo_client.models import EventOut
 from tests.client.shared import STEPS, Trained, write_jsonl
 from tests.e2e.services import free_port
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from service.client import ApiError
+from grpo_client import ApiError
 from tests.client.shared import Trained, write_jsonl
 from tests.client.test_cli import grpo
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from service.client import Client
+from grpo_client import Client
 from tests.client.shared import Trained, job_spec
 from tests.client.test_cli import grpo
 
@@ -24,7 +24,7 @@ def test_client_reads_the_environment_and_the_login_profile(
     clientside: Trained, tmp_path: Path
 ) -> None:
     env = _user(tmp_path)
-    program = "from service.client import Client\nprint(Client().jobs.get('%s').id)"
+    program = "from grpo_client import Client\nprint(Client().jobs.get('%s').id)"
     run = lambda e: subprocess.run(  # noqa: E731
         [sys.executable, "-c", program % clientside.job_id], env=e, capture_output=True,
         text=True, timeout=60,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.client import ApiError
+from grpo_client import ApiError
 from tests.client.shared import STEPS, Trained
 from tests.e2e.services import IDLE_QUEUE
 

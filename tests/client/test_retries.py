@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from service.client import ApiError, ChecksumMismatch, Client
+from grpo_client import ApiError, ChecksumMismatch, Client
 from tests.client.flaky_server import Script, as_json, scripted_server
 
 VERIFIER = {

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from service.client import RolloutOut
+from grpo_client import RolloutOut
 from tests.client.shared import STEPS, Trained
 from tests.client.test_cli import grpo
 

@@ -146,7 +146,7 @@ def test_cli_stops_before_a_doomed_job_unless_forced(
         "GRPO_API_KEY": client.headers["authorization"].removeprefix("Bearer "),
         "HOME": str(tmp_path),  # no stored login of the machine's
     }
-    grpo = [sys.executable, "-m", "service.client", "jobs", "create", str(job_file)]
+    grpo = [sys.executable, "-m", "grpo_client", "jobs", "create", str(job_file)]
     before = client.get("/v1/jobs").json()["data"]
     stopped = subprocess.run(
         [*grpo, "--preflight"], env=env, capture_output=True, text=True, timeout=300

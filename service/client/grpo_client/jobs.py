@@ -9,8 +9,8 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from service.client.errors import ApiError, ClientError, ConnectionFailed
-from service.client.models import (
+from grpo_client.errors import ApiError, ClientError, ConnectionFailed
+from grpo_client.models import (
     FINAL_STATUSES,
     SETTLED_STATUSES,
     EventOut,
@@ -18,10 +18,10 @@ from service.client.models import (
     JobOut,
     Page,
 )
-from service.client.preflight import PreflightOut, run_preflight
-from service.client.rollouts import RolloutPage, download_rollouts, list_rollouts
-from service.client.sse import parse_sse
-from service.client.transport import Transport
+from grpo_client.preflight import PreflightOut, run_preflight
+from grpo_client.rollouts import RolloutPage, download_rollouts, list_rollouts
+from grpo_client.sse import parse_sse
+from grpo_client.transport import Transport
 
 EventCallback = Callable[[EventOut], None]
 

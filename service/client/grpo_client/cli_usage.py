@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from service.client.cli_base import (
+from grpo_client.cli_base import (
     ExistingFile,
     JsonOpt,
     app,
@@ -17,7 +17,7 @@ from service.client.cli_base import (
     out,
     table,
 )
-from service.usage.schemas import EstimateOut, UsageFigures, UsageReport
+from grpo_client.models_generated import EstimateOut, UsageFigures, UsageReport
 
 
 @app.command("usage")

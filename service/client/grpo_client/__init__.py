@@ -1,9 +1,9 @@
 """Python client of the grpo-service v1 API (httpx), and the `grpo` CLI built on it."""
 
-from service.client.client import Client
-from service.client.errors import ApiError, ChecksumMismatch, ClientError, ConnectionFailed
-from service.client.jobs import WaitTimeout
-from service.client.models import (
+from grpo_client.client import Client
+from grpo_client.errors import ApiError, ChecksumMismatch, ClientError, ConnectionFailed
+from grpo_client.jobs import WaitTimeout
+from grpo_client.models import (
     CheckpointOut,
     DatasetOut,
     EventOut,
@@ -13,7 +13,7 @@ from service.client.models import (
     VerifierOut,
     VerifierTestResult,
 )
-from service.client.rollouts import RolloutOut, RolloutPage
+from grpo_client.rollouts import RolloutOut, RolloutPage
 
 __all__ = [
     "ApiError",

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from service.client import (
+from grpo_client import (
     cli_environments,  # noqa: F401  (registers `grpo environments`)
     cli_jobs,  # noqa: F401  (registers the jobs and checkpoints commands)
     cli_rollouts,  # noqa: F401  (registers `grpo jobs rollouts`)
@@ -21,7 +21,7 @@ from service.client import (
     cli_webhooks,  # noqa: F401  (registers `grpo webhooks`)
     config,
 )
-from service.client.cli_base import (
+from grpo_client.cli_base import (
     BadInput,
     ExistingFile,
     JsonOpt,
@@ -37,8 +37,8 @@ from service.client.cli_base import (
     table,
     verifiers_app,
 )
-from service.client.client import Client
-from service.client.errors import ApiError, ClientError, ConnectionFailed
+from grpo_client.client import Client
+from grpo_client.errors import ApiError, ClientError, ConnectionFailed
 
 # ---- login ---------------------------------------------------------------------------------
 

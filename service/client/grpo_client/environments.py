@@ -8,9 +8,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from service.client.models import Page
-from service.client.transport import Transport
-from service.environments.schemas import EnvironmentOut, EnvironmentTestResult, EpisodeOut
+from grpo_client.models import Page
+from grpo_client.models_generated import EnvironmentOut, EnvironmentTestResult, EpisodeOut
+from grpo_client.transport import Transport
 
 __all__ = ["EnvironmentOut", "EnvironmentTestResult", "Environments", "EpisodeOut"]
 

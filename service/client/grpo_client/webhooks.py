@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from service.client.models import Page
-from service.client.transport import Transport
-from service.webhooks.schemas import DeliveryOut, WebhookCreated, WebhookOut
+from grpo_client.models import Page
+from grpo_client.models_generated import DeliveryOut, WebhookCreated, WebhookOut
+from grpo_client.transport import Transport
 
 __all__ = ["DeliveryOut", "WebhookCreated", "WebhookOut", "Webhooks"]
 

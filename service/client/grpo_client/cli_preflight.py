@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from service.client.client import Client
-from service.client.preflight import PreflightOut
+from grpo_client.client import Client
+from grpo_client.preflight import PreflightOut
 
 FIGURES = (
     ("reward_mean", "reward mean"),

@@ -1,5 +1,5 @@
-"""Typed responses: the API's own pydantic schemas (no FastAPI, SQLAlchemy or torch behind
-them), plus the list envelope."""
+"""Typed responses: models generated from the API's OpenAPI document (models_generated.py,
+by service/client/generate_models.py), plus the list envelope."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, PrivateAttr
 
-from service.datasets.schemas import DatasetOut
-from service.jobs.schemas import (
+from grpo_client.models_generated import (
     CheckpointOut,
+    DatasetOut,
     EventOut,
     JobCreate,
     JobOut,
     JobStatus,
+    VerifierOut,
+    VerifierTestResult,
 )
-from service.verifiers.schemas import VerifierOut, VerifierTestResult
 
 T = TypeVar("T")
 

@@ -12,8 +12,8 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from service.client import Client
-from service.client.models import SETTLED_STATUSES, EventOut, JobOut
+from grpo_client import Client
+from grpo_client.models import SETTLED_STATUSES, EventOut, JobOut
 
 BARS = "▁▂▃▄▅▆▇█"
 CURVES = (

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from service.client.cli_base import JobArg, JsonOpt, client, emit, err, jobs_app, out, table
-from service.client.rollouts import RolloutOut
+from grpo_client.cli_base import JobArg, JsonOpt, client, emit, err, jobs_app, out, table
+from grpo_client.rollouts import RolloutOut
 
 SplitOpt = Annotated[str | None, typer.Option(help="train or eval (default: both).")]
 

@@ -15,7 +15,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from service.client.cli_base import (
+from grpo_client.cli_base import (
     ExistingFile,
     JobArg,
     JsonOpt,
@@ -28,9 +28,9 @@ from service.client.cli_base import (
     out,
     table,
 )
-from service.client.cli_preflight import preflight_or_stop
-from service.client.models import JobOut
-from service.client.watch import watch
+from grpo_client.cli_preflight import preflight_or_stop
+from grpo_client.models import JobOut
+from grpo_client.watch import watch
 
 StepOpt = Annotated[str, typer.Option(help="A step number, or latest.")]
 
@@ -234,7 +234,7 @@ def jobs_report(
 ) -> None:
     """Write one self-contained HTML report of a job: curves, samples, spec, verifiers,
     checkpoints, events (open it in any browser; it loads nothing from the network)."""
-    from service.client.report import build_report
+    from grpo_client.report import build_report
 
     with client() as grpo:
         html = build_report(grpo, job_id)

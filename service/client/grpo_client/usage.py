@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Any
 
-from service.client.transport import Transport
-from service.usage.schemas import EstimateOut, UsageReport
+from grpo_client.models_generated import EstimateOut, UsageReport
+from grpo_client.transport import Transport
 
 
 class Usage:

@@ -11,10 +11,10 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from service.client import config
-from service.client.client import Client
-from service.client.errors import ClientError
-from service.client.resources import read_jsonl
+from grpo_client import config
+from grpo_client.client import Client
+from grpo_client.errors import ClientError
+from grpo_client.resources import read_jsonl
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -50,7 +50,7 @@ def _print_version(value: bool) -> None:
     if value:
         from importlib.metadata import version
 
-        out.print(f"grpo {version('grpo-service')}")
+        out.print(f"grpo {version('grpo-client')}")
         raise typer.Exit()
 
 

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from service.client.models import DatasetOut, Page, VerifierOut, VerifierTestResult
-from service.client.transport import Transport
+from grpo_client.models import DatasetOut, Page, VerifierOut, VerifierTestResult
+from grpo_client.transport import Transport
 
 
 def _params(**values: Any) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from service.client.cli_base import JsonOpt, app, client, emit, err, out, table
+from grpo_client.cli_base import JsonOpt, app, client, emit, err, out, table
 
 webhooks_app = typer.Typer(no_args_is_help=True, help="Signed notifications of job events.")
 app.add_typer(webhooks_app, name="webhooks")

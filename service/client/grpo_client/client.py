@@ -1,6 +1,6 @@
 """`Client(base_url, api_key)`: the whole v1 API from Python.
 
-from service.client import Client
+from grpo_client import Client
 
 with Client("http://127.0.0.1:8000", "grpo_...") as grpo:
     grpo.verifiers.create_python("digits", source)
@@ -17,14 +17,14 @@ from typing import Any
 
 import httpx
 
-from service.client.checkpoints import Checkpoints
-from service.client.config import resolve
-from service.client.environments import Environments
-from service.client.jobs import Jobs
-from service.client.resources import Datasets, Verifiers
-from service.client.transport import Transport
-from service.client.usage import Usage
-from service.client.webhooks import Webhooks
+from grpo_client.checkpoints import Checkpoints
+from grpo_client.config import resolve
+from grpo_client.environments import Environments
+from grpo_client.jobs import Jobs
+from grpo_client.resources import Datasets, Verifiers
+from grpo_client.transport import Transport
+from grpo_client.usage import Usage
+from grpo_client.webhooks import Webhooks
 
 
 class Client:

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from service.client.errors import ApiError, ConnectionFailed
+from grpo_client.errors import ApiError, ConnectionFailed
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 USER_AGENT = "grpo-client/0.1"

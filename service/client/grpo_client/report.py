@@ -10,8 +10,8 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
-from service.client import Client, ClientError
-from service.client.models import CheckpointOut, EventOut, JobOut
+from grpo_client import Client, ClientError
+from grpo_client.models import CheckpointOut, EventOut, JobOut
 
 REWARD = (("reward_mean", "train", "#2563eb"), ("eval_reward_mean", "held-out", "#16a34a"))
 CHARTS = (
@@ -247,7 +247,7 @@ def write_report(job_id: str, out: str, url: str | None, api_key: str | None) ->
     GRPO_API_KEY, or the `grpo login` profile. Returns the path written."""
     from pathlib import Path
 
-    from service.client import config
+    from grpo_client import config
 
     profile = config.resolve(url, api_key)
     if profile.api_key is None:

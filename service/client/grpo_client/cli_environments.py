@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from service.client.cli_base import (
+from grpo_client.cli_base import (
     BadInput,
     ExistingFile,
     JsonOpt,

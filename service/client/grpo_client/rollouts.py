@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from service.client.models import Page
-from service.client.transport import Transport
-from service.rollouts.schemas import RolloutOut
+from grpo_client.models import Page
+from grpo_client.models_generated import RolloutOut
+from grpo_client.transport import Transport
 
 
 class RolloutPage(Page[RolloutOut]):

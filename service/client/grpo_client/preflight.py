@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from service.client.errors import ClientError
-from service.client.transport import Transport
-from service.preflight.schemas import PreflightOut
+from grpo_client.errors import ClientError
+from grpo_client.models_generated import PreflightOut
+from grpo_client.transport import Transport
 
 FINAL = ("succeeded", "failed")
 # The API holds the POST open up to GRPO_PREFLIGHT_WAIT_S (30 s by default): read past it.

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import httpx
 
-from service.client.errors import ApiError, ChecksumMismatch, ConnectionFailed
-from service.client.models import CheckpointOut
-from service.client.transport import Transport
+from grpo_client.errors import ApiError, ChecksumMismatch, ConnectionFailed
+from grpo_client.models import CheckpointOut
+from grpo_client.transport import Transport
 
 ProgressCallback = Callable[[int, int], None]  # (bytes done, bytes total)
 CHUNK = 1 << 20

@@ -1,3 +1,0 @@
-from service.client.cli import main
-
-main()

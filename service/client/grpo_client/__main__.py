@@ -1,0 +1,3 @@
+from grpo_client.cli import main
+
+main()
