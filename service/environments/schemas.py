@@ -2,8 +2,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.core.schemas import UtcDateTime
-from service.verifiers.schemas import NAME_PATTERN
+from service.registry.schemas import VersionCreate, VersionOut, with_example
 
 # A /test call is a replay, not a workload: a few scripted episodes of a few turns each.
 MAX_TEST_SAMPLES = 64
@@ -23,24 +22,15 @@ def step(messages, record):
 '''
 
 
-class EnvironmentCreate(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {
-                    "name": "calculator",
-                    "kind": "python",
-                    "description": "one turn with an add tool; 1.0 for the answer",
-                    "config": {"source": CALCULATOR, "timeout_s": 10},
-                }
-            ]
-        },
+class EnvironmentCreate(VersionCreate):
+    model_config = with_example(
+        name="calculator",
+        kind="python",
+        description="one turn with an add tool; 1.0 for the answer",
+        config={"source": CALCULATOR, "timeout_s": 10},
     )
 
-    name: str = Field(pattern=NAME_PATTERN, description="Posting an existing name adds a version.")
     kind: Literal["python"]
-    description: str = Field("", max_length=2000)
     config: dict[str, Any] = Field(
         description="`{source, timeout_s?}`: Python defining `step(messages, record)`, "
         "optionally `reset(record)` and `tools = [fn, ...]` (docs/environments.md); "
@@ -48,17 +38,10 @@ class EnvironmentCreate(BaseModel):
     )
 
 
-class EnvironmentOut(BaseModel):
-    id: str
-    name: str
-    version: int
-    kind: str
-    description: str
-    config: dict[str, Any]
+class EnvironmentOut(VersionOut):
     sha256: str = Field(
         description="SHA-256 of the canonical kind+config: traces episodes to code."
     )
-    created_at: UtcDateTime
 
 
 class ScriptedSample(BaseModel):

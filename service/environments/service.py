@@ -1,5 +1,6 @@
-"""Environment registry: immutable, numbered versions per (tenant, name), as verifiers; the
-`/test` replay; and the pinned version a job's worker opens."""
+"""Environments: their registry (`service.registry`: immutable, numbered versions per
+(tenant, name), as verifiers), the config check, the `/test` replay, and the pinned version a
+job's worker opens."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from service.core.db import session_scope
-from service.core.problems import FieldError, ProblemError, invalid, json_path, not_found
+from service.core.problems import FieldError, ProblemError, invalid, json_path
 from service.core.quotas import check_environment_quota
 from service.environments.schemas import (
     EnvironmentCreate,
@@ -19,8 +20,8 @@ from service.environments.schemas import (
     EpisodeOut,
 )
 from service.models import EnvironmentVersion
+from service.registry.service import Registry
 from service.settings import Settings
-from service.verifiers.service import append_version, version_lookup, version_params
 from workers.environments.config import EnvironmentConfig
 from workers.environments.episodes import ScriptedPolicy, run_episodes
 from workers.environments.host import EnvironmentBudgetExceeded, SandboxedEnvironment
@@ -32,20 +33,14 @@ TEST_BUDGET_S = 60.0
 TEST_MAX_FAILURES = 8
 TEST_MAX_CHARS = 200_000  # of one transcript: the response stays a few MB at most
 
-_ROW = version_lookup(EnvironmentVersion, EnvironmentVersion)
-_PIN = version_lookup(
-    EnvironmentVersion,
-    EnvironmentVersion.name,
-    EnvironmentVersion.version,
-    EnvironmentVersion.sha256,
-)
 
-
-def validate_config(config: dict[str, Any]) -> dict[str, Any]:
+def _checked_config(
+    session: Session, tenant_id: str, body: EnvironmentCreate, settings: Settings
+) -> dict[str, Any]:
     """The stored config (defaults filled in), or a 422 naming each bad field under
     `$.config`: the source is compiled and its contract checked, never run, here."""
     try:
-        checked = EnvironmentConfig.model_validate(config)
+        checked = EnvironmentConfig.model_validate(body.config)
     except ValidationError as exc:
         raise invalid(
             [
@@ -59,43 +54,20 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     return checked.model_dump()
 
 
-def create_version(
-    session: Session, tenant_id: str, body: EnvironmentCreate, settings: Settings
-) -> EnvironmentVersion:
-    check_environment_quota(session, settings, tenant_id)
-    config = validate_config(body.config)
-    return append_version(session, EnvironmentVersion, "env", tenant_id, body, config)
-
-
-def find_version(
-    session: Session, tenant_id: str, name: str, version: int | None = None
-) -> EnvironmentVersion | None:
-    stmt = _ROW[0] if version is None else _ROW[1]
-    return session.scalar(stmt, version_params(tenant_id, name, version))
-
-
-def get_version(
-    session: Session, tenant_id: str, name: str, version: int | None = None
-) -> EnvironmentVersion:
-    row = find_version(session, tenant_id, name, version)
-    if row is None:
-        raise not_found("environment", name if version is None else f"{name}@{version}")
-    return row
-
-
-def pin(session: Session, tenant_id: str, name: str, version: int | None) -> tuple[int, str] | None:
-    """(version, sha256) of a tenant's environment, the latest when `version` is None; None
-    when the tenant has no such environment (another tenant's included)."""
-    stmt = _PIN[0] if version is None else _PIN[1]
-    row = session.execute(stmt, version_params(tenant_id, name, version)).first()
-    return None if row is None else (row.version, row.sha256)
+ENVIRONMENTS: Registry[EnvironmentVersion] = Registry(
+    model=EnvironmentVersion,
+    what="environment",
+    id_prefix="env",
+    check_quota=check_environment_quota,
+    check_config=_checked_config,
+)
 
 
 def load_pinned(tenant_id: str, name: str, version: int) -> EnvironmentConfig:
     """The config of a job's pinned environment version, for the worker (service/training/runner.py)
     to open its sandbox with. LookupError when the version is gone."""
     with session_scope() as session:
-        row = find_version(session, tenant_id, name, version)
+        row = ENVIRONMENTS.find(session, tenant_id, name, version)
         if row is None:
             raise LookupError(f"environment {name} version {version} is gone")
         return EnvironmentConfig.model_validate(row.config)

@@ -27,10 +27,11 @@ from service.graders.service import validate_grader
 from service.jobs import service as jobs
 from service.jobs.schemas import JobCreate
 from service.models import Dataset, Job
+from service.registry.service import config_sha256
 from service.settings import Settings
 from service.storage import ObjectStorage
 from service.verifiers.schemas import VerifierCreate
-from service.verifiers.service import config_sha256, create_version, find_version
+from service.verifiers.service import VERIFIERS
 from workers.verifiers.grader_kind import KIND as GRADER_KIND
 
 GRADER_PATH = "$.method.reinforcement.grader"
@@ -129,11 +130,11 @@ def _grader_verifier(
     next job reuses the same version (and its metrics trace to one sha256)."""
     sha = config_sha256(GRADER_KIND, grader)
     name = f"rft-grader-{sha[:16]}"
-    latest = find_version(session, tenant_id, name)
+    latest = VERIFIERS.find(session, tenant_id, name)
     if latest is None or latest.sha256 != sha:
         description = f"The grader of a fine-tuning job ({grader['type']} {grader['name']!r})"
         create = VerifierCreate(name=name, kind=GRADER_KIND, description=description, config=grader)
-        create_version(session, tenant_id, create, settings)
+        VERIFIERS.create(session, tenant_id, create, settings)
     return name
 
 

@@ -28,6 +28,7 @@ FORKABLE = frozenset(
         "grpo.steps", "grpo.learning_rate", "grpo.beta", "grpo.weight_decay",
         "grpo.clip_epsilon", "grpo.clip_epsilon_high", "grpo.max_grad_norm",
         "grpo.num_iterations", "grpo.loss_aggregation", "grpo.std", "grpo.micro_batch_size",
+        "grpo.micro_batch_tokens",
         "grpo.mask_truncated_completions", "grpo.skip_zero_std_groups",
         "grpo.max_resample_rounds",
         "generation.max_new_tokens", "generation.temperature", "generation.top_p",

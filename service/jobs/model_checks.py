@@ -1,7 +1,8 @@
 """Checks of a job spec against its model that need no GPU, run at submission so that a job
 the worker would fail is refused with the field to change: prompts that do not fit the
-context, chat prompts without a chat template, LoRA target modules the architecture lacks,
-a queue no worker is declared for."""
+context or a packed micro-batch, chat prompts without a chat template, LoRA target modules
+the architecture lacks, a decoding engine that cannot serve the model, a queue no worker is
+declared for."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from service.models import CatalogModel, Dataset
 from service.settings import Settings
 from service.storage import ObjectStorage
 from workers.grpo.memory import MemoryEstimate, ModelShape, estimate_memory, select_lora_targets
+from workers.grpo.paged_support import paged_refusal
 
 GIB = 1 << 30
 
@@ -65,6 +67,15 @@ def check_lora_targets(body: JobCreate, model: CatalogModel) -> list[FieldError]
         for i, t in enumerate(targets)
         if not select_lora_targets(model.lora_targets, [t], _re2_fullmatch)
     ]
+
+
+def check_engine(body: JobCreate, model: CatalogModel) -> list[FieldError]:
+    """`grpo.engine: paged` only on a model family continuous batching serves (the worker
+    refuses the same ones: `workers.grpo.paged.serving_refusal`)."""
+    if body.grpo.engine != "paged":
+        return []
+    reason = paged_refusal(model.model_type)
+    return [] if reason is None else [FieldError(path="$.grpo.engine", message=reason)]
 
 
 def model_shape(model: CatalogModel) -> ModelShape:
@@ -141,6 +152,20 @@ def check_prompts(
                 )
             )
     return errors
+
+
+def check_micro_batch_tokens(body: JobCreate, prompt_tokens: int) -> list[FieldError]:
+    """A packed micro-batch holds the longest sequence: the longest prompt (`prompt_tokens`,
+    at least one token when unmeasured) plus `max_new_tokens`."""
+    budget, longest = body.grpo.micro_batch_tokens, max(prompt_tokens, 1)
+    sequence = longest + body.generation.max_new_tokens
+    if budget is None or budget >= sequence:
+        return []
+    message = (
+        f"{budget} tokens cannot hold the longest sequence: the longest prompt ({longest} tokens)"
+        f" + max_new_tokens ({body.generation.max_new_tokens}) = {sequence}"
+    )
+    return [FieldError(path="$.grpo.micro_batch_tokens", message=message)]
 
 
 def longest_prompt(model: CatalogModel, datasets: dict[str, Dataset]) -> int:

@@ -13,7 +13,7 @@ from service.core.db import after_commit, before_commit
 from service.core.ids import new_id
 from service.core.problems import FieldError, conflict, invalid, not_found
 from service.datasets.service import find_dataset_by_reference
-from service.environments import service as environments
+from service.environments.service import ENVIRONMENTS
 from service.http.wakeups import wake_ups
 from service.jobs import budget, lifecycle, model_checks, open_jobs, pausing, worker_registry
 from service.jobs.base_model import ResolvedBase, resolve_base
@@ -30,7 +30,7 @@ from service.models import (
 from service.settings import Settings
 from service.storage import ObjectStorage
 from service.verifiers.limits import Resolved, check_sandbox_caps
-from service.verifiers.service import find_version
+from service.verifiers.service import VERIFIERS
 from workers.grpo.memory import MemoryEstimate
 
 log = logging.getLogger(__name__)
@@ -47,10 +47,9 @@ def _pin_verifiers(
     added to `read` for the sandbox count, which then reads none again."""
     pinned, errors = [], []
     for i, ref in enumerate(refs):
-        row = find_version(session, tenant_id, ref.name, ref.version)
-        if row is None:
-            label = ref.name if ref.version is None else f"{ref.name} version {ref.version}"
-            errors.append(FieldError(path=f"$.{field}[{i}].name", message=f"no verifier {label}"))
+        row = VERIFIERS.pin(session, tenant_id, ref.name, ref.version, f"$.{field}[{i}].name")
+        if isinstance(row, FieldError):
+            errors.append(row)
             continue
         read[(row.name, row.version)] = (row.version, row.kind, row.config)
         pinned.append(
@@ -67,13 +66,11 @@ def _pin_environment(
     env = body.environment
     if env is None:
         return {}, []
-    pinned = environments.pin(session, tenant_id, env.name, env.version)
-    if pinned is None:
-        label = env.name if env.version is None else f"{env.name} version {env.version}"
-        return {}, [FieldError(path="$.environment.name", message=f"no environment {label}")]
-    version, sha256 = pinned
-    stored = {**env.model_dump(mode="json"), "version": version}
-    return {"environment": stored, "environment_sha256": sha256}, []
+    row = ENVIRONMENTS.pin(session, tenant_id, env.name, env.version, "$.environment.name")
+    if isinstance(row, FieldError):
+        return {}, [row]
+    stored = {**env.model_dump(mode="json"), "version": row.version}
+    return {"environment": stored, "environment_sha256": row.sha256}, []
 
 
 @dataclass
@@ -131,8 +128,10 @@ def validate_submission(
     estimate = None
     if base is not None:
         errors += model_checks.check_lora_targets(body, base.model)
+        errors += model_checks.check_engine(body, base.model)
         errors += model_checks.check_prompts(body, base.model, datasets, storage)
         prompt_tokens = model_checks.longest_prompt(base.model, datasets)
+        errors += model_checks.check_micro_batch_tokens(body, prompt_tokens)
         estimate, memory_errors = model_checks.check_memory(
             body, base.model, prompt_tokens, settings
         )

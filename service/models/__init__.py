@@ -16,6 +16,7 @@ from service.models.rollout_file import RolloutFile
 from service.models.tenant import Tenant
 from service.models.tenant_secret import TenantSecret
 from service.models.verifier import VerifierVersion
+from service.models.versioned import NamedVersion
 from service.models.webhook import Webhook
 from service.models.webhook_delivery import WebhookDelivery
 from service.models.worker_heartbeat import WorkerHeartbeat
@@ -36,6 +37,7 @@ __all__ = [
     "JobEvent",
     "JobMetric",
     "JobUsage",
+    "NamedVersion",
     "Preflight",
     "RolloutFile",
     "Tenant",

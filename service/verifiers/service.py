@@ -1,21 +1,19 @@
-"""Verifier registry: immutable, numbered versions per (tenant, name)."""
+"""Verifiers: their registry (`service.registry`: immutable, numbered versions per (tenant,
+name)), the config check at registration, composites' resolver and the `/test` scoring."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from typing import Any
 
-from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
-from service.core.ids import new_id
-from service.core.problems import FieldError, ProblemError, invalid, not_found
+from service.core.problems import FieldError, ProblemError, invalid
 from service.core.quotas import check_verifier_quota
 from service.judges.checks import judge_errors
 from service.judges.endpoints import judge_context
 from service.models import VerifierVersion
+from service.registry.service import Registry
 from service.settings import Settings
 from service.verifiers.schemas import VerifierCreate, VerifierTestRequest, VerifierTestResult
 from workers.verifiers import (
@@ -28,15 +26,11 @@ from workers.verifiers import (
 )
 
 
-def config_sha256(kind: str, config: dict[str, Any]) -> str:
-    canonical = json.dumps({"kind": kind, "config": config}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def create_version(
+def _checked_config(
     session: Session, tenant_id: str, body: VerifierCreate, settings: Settings
-) -> VerifierVersion:
-    check_verifier_quota(session, settings, tenant_id)
+) -> dict[str, Any]:
+    """The config to store (a composite's parts pinned to exact versions), or a 422 naming
+    each bad field under `$.config` (a judge's model or secret this tenant cannot use too)."""
     try:
         config = validate_config(body.kind, body.config)
         if body.kind == "composite":  # parts are pinned to exact versions at registration
@@ -49,77 +43,29 @@ def create_version(
             ]
         ) from exc
     if errors := judge_errors(session, settings, tenant_id, body.kind, config, "$.config"):
-        raise invalid(errors)  # a judge's model or secret this tenant cannot use
-    return append_version(session, VerifierVersion, "ver", tenant_id, body, config)
+        raise invalid(errors)
+    return config
 
 
-def append_version(
-    session: Session, model: Any, id_prefix: str, tenant_id: str, body: Any, config: dict
-) -> Any:
-    """The name's next immutable version (1 for a new name) of a versioned object (a verifier,
-    an environment): `body` carries name, kind and description; the sha256 is the config's."""
-    latest = session.scalar(
-        select(func.max(model.version)).where(model.tenant_id == tenant_id, model.name == body.name)
-    )
-    row = model(
-        id=new_id(id_prefix),
-        tenant_id=tenant_id,
-        name=body.name,
-        version=(latest or 0) + 1,
-        kind=body.kind,
-        description=body.description,
-        config=config,
-        sha256=config_sha256(body.kind, config),
-    )
-    session.add(row)
-    session.flush()
-    return row
+VERIFIERS: Registry[VerifierVersion] = Registry(
+    model=VerifierVersion,
+    what="verifier",
+    id_prefix="ver",
+    check_quota=check_verifier_quota,
+    check_config=_checked_config,
+)
 
 
 def make_resolver(session: Session, tenant_id: str) -> Resolver:
     """Look up a (name, version) of this tenant for composite verifiers."""
 
     def resolve(name: str, version: int | None) -> tuple[int, str, dict[str, Any]]:
-        row = find_version(session, tenant_id, name, version)
+        row = VERIFIERS.find(session, tenant_id, name, version)
         if row is None:
             raise LookupError(f"no verifier {name}" + (f" version {version}" if version else ""))
         return row.version, row.kind, row.config
 
     return resolve
-
-
-def version_lookup(model: Any, *columns: Any) -> tuple[Select[Any], Select[Any]]:
-    """(latest version, exact version) of a tenant's named `model` row (a verifier or an
-    environment version: both have tenant_id, name, version), with bound parameters."""
-    of_name = select(*columns).where(
-        model.tenant_id == bindparam("tenant"), model.name == bindparam("name")
-    )
-    latest = of_name.order_by(model.version.desc()).limit(1)
-    return latest, of_name.where(model.version == bindparam("version"))
-
-
-_ROW = version_lookup(VerifierVersion, VerifierVersion)
-
-
-def version_params(tenant_id: str, name: str, version: int | None) -> dict[str, Any]:
-    return {"tenant": tenant_id, "name": name, "version": version}
-
-
-def find_version(
-    session: Session, tenant_id: str, name: str, version: int | None = None
-) -> VerifierVersion | None:
-    stmt = _ROW[0] if version is None else _ROW[1]
-    return session.scalar(stmt, version_params(tenant_id, name, version))
-
-
-def get_version(
-    session: Session, tenant_id: str, name: str, version: int | None = None
-) -> VerifierVersion:
-    row = find_version(session, tenant_id, name, version)
-    if row is None:
-        label = name if version is None else f"{name}@{version}"
-        raise not_found("verifier", label)
-    return row
 
 
 def run_test(

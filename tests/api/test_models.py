@@ -215,6 +215,26 @@ def test_prompt_plus_max_new_tokens_must_fit_the_context(client: httpx.Client) -
     assert error_paths(client.post("/v1/jobs", json=body)) == ["$.generation.max_new_tokens"]
 
 
+def test_a_packed_micro_batch_must_hold_the_longest_sequence(client: httpx.Client) -> None:
+    """micro_batch_tokens >= the longest prompt (41 tokens: 40 characters and <bos>) +
+    max_new_tokens, checked with the model's own tokenizer; and it excludes micro_batch_size."""
+    make_verifier(client)
+    records = [{"prompt": "x" * 40, "answer": "1"}, {"prompt": "short", "answer": "2"}]
+    ds = client.post("/v1/datasets", json={"name": "packed", "records": records}).json()["id"]
+    grpo = {"steps": 2, "prompts_per_step": 1, "group_size": 2}
+    generation = {"max_new_tokens": 24}
+    body = job_body(ds, grpo=grpo | {"micro_batch_tokens": 64}, generation=generation)
+    r = client.post("/v1/jobs", json=body)
+    problem(r, 422)
+    assert error_paths(r) == ["$.grpo.micro_batch_tokens"]
+    assert "41 tokens" in r.text and "= 65" in r.text
+    body = job_body(ds, grpo=grpo | {"micro_batch_tokens": 65}, generation=generation)
+    assert client.post("/v1/jobs", json=body).status_code == 201
+    both = grpo | {"micro_batch_tokens": 65, "micro_batch_size": 2}
+    r = client.post("/v1/jobs", json=job_body(ds, grpo=both, generation=generation))
+    assert error_paths(r) == ["$.grpo.micro_batch_tokens"] and "not both" in r.text
+
+
 def test_chat_prompts_need_a_chat_template(
     api: RunningService, client: httpx.Client, tmp_path: Path
 ) -> None:

@@ -26,7 +26,7 @@ def test_every_bad_field_is_listed_with_its_path(client: httpx.Client) -> None:
         "base_model": "",
         "dataset": "ds_x",
         "verifiers": [{"name": "a", "version": 0}, {"weight": "heavy"}],
-        "grpo": {"steps": 0},
+        "grpo": {"steps": 0, "max_off_policy_steps": 9, "importance_sampling_cap": 0.5},
         "generation": {"temperature": "hot"},
         "queue": "no spaces",
     }
@@ -38,6 +38,8 @@ def test_every_bad_field_is_listed_with_its_path(client: httpx.Client) -> None:
         "$.verifiers[1].name",
         "$.verifiers[1].weight",
         "$.grpo.steps",
+        "$.grpo.max_off_policy_steps",
+        "$.grpo.importance_sampling_cap",
         "$.generation.temperature",
         "$.queue",
     }
