@@ -51,7 +51,7 @@ def run_api(
     env = {**os.environ, "GRPO_DATA_DIR": str(work / "data"), **LIMITS, **env_extra}
     port = free_port()
     svc = RunningService(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=work)
-    svc.cli("migrate")
+    svc.migrate()
     if model is not None:
         svc.add_model(TINY, model)
     cmd = [sys.executable, "-m", "uvicorn", "service.main:app", "--port", str(port)]

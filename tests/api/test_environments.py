@@ -55,7 +55,7 @@ NEVER_DONE = (
 
 @pytest.fixture(scope="module")
 def client(api: RunningService) -> Iterator[httpx.Client]:
-    """One tenant for the module's tests (a key costs a CLI process); names do not collide."""
+    """One tenant for the module's tests; names do not collide."""
     with tenant_client(api) as c:
         yield c
 

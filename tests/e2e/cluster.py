@@ -95,7 +95,7 @@ def run_cluster(
         **(extra_env or {}),
     }
     svc = RunningService(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=work)
-    svc.cli("migrate")
+    svc.migrate()
     if model is not None:
         svc.add_model(TINY, model)
     svc.procs.append(_spawn(["api", "--port", str(port)], env, work / "api.log"))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from sqlalchemy.orm import Session
 
 from service.settings import Settings
 
@@ -51,12 +52,44 @@ class RunningService:
             values["queues"] = json.loads(str(values["queues"]))
         return Settings.model_validate(values)
 
+    # The operator's commands, run in this process by the functions the CLI calls: a command
+    # is a fresh interpreter (~1.5 s of CPU; `models add` ~9 s, it imports transformers), and
+    # the suite made hundreds. The commands themselves run in `run_service`, tests/deploy and
+    # test_key_scopes.py.
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A unit of work on the service's database: commit on success."""
+        from service.core.db import make_engine
+
+        engine = make_engine(self.settings().effective_database_url)
+        try:
+            with Session(engine) as session, session.begin():
+                yield session
+        finally:
+            engine.dispose()  # no connection outlives the call (tests restart PostgreSQL)
+
+    def migrate(self) -> None:
+        """`grpo-service migrate`."""
+        from service.core.migrate import upgrade
+
+        upgrade(self.settings().effective_database_url)
+
     def add_model(self, name: str, path: Path) -> None:
-        """Register a model in the service's catalog, as an operator does."""
-        self.cli("models", "add", name, str(path))
+        """Register a model in the service's catalog (`grpo-service models add NAME PATH`)."""
+        from service.catalog.inspect import inspect_model
+        from service.catalog.service import add_model
+        from service.storage import open_storage_from_settings
+
+        facts = inspect_model(path.expanduser().resolve(), "local")
+        with self.session() as session:
+            add_model(session, open_storage_from_settings(self.settings()), name, str(path), facts)
 
     def new_key(self, tenant: str) -> str:
-        return self.cli("create-api-key", "--tenant", tenant).strip().splitlines()[-1]
+        """A full-scope key (`grpo-service create-api-key --tenant TENANT`)."""
+        from service.auth.service import new_api_key
+
+        with self.session() as session:
+            return new_api_key(session, tenant)[1]
 
     def client(self, key: str | None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -125,8 +158,10 @@ def run_service(
         svc.procs.append(_spawn(worker, env, work / "worker.log"))
     try:
         _wait_ready(svc)
-        if model is not None:
+        if model is not None and embedded:
             svc.add_model(TINY, model)
+        elif model is not None:  # the operator's command itself, once per session
+            svc.cli("models", "add", TINY, str(model))
         yield svc
     finally:
         stop_all(svc.procs)
