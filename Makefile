@@ -12,6 +12,7 @@ STAMP := $(VENV)/.installed
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml service/client/pyproject.toml
+	@echo "Installing the service into $(VENV): torch, transformers and the rest (a few minutes the first time)..."
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
@@ -20,6 +21,7 @@ $(STAMP): pyproject.toml service/client/pyproject.toml
 	touch $(STAMP)
 
 demo: venv sandbox
+	@echo "Starting the embedded service and training a tiny model (about two minutes on a CPU)..."
 	$(BIN)/python -m service.demo
 
 sandbox:

@@ -6,6 +6,7 @@ set -euo pipefail
 
 apt_install() {
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "Installing $* with apt-get..."
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
   else
     echo "missing $*: install it as root" >&2

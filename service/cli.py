@@ -107,7 +107,7 @@ def worker(
     owned = devices or settings.worker_devices
     folder = serve_metrics(metrics_port) if metrics_port else None
     queues = [q for q in queue.split(",") if q]  # Celery's -Q takes a comma-separated list
-    # one broker queue per device class it can train (`gpu`, `gpu@2`, ...): only jobs that fit
+    # one broker queue per device class it can train (`gpu`, `gpu.x2`, ...): only jobs that fit
     consumed = ",".join(c for q in queues for c in device_classes(q, owned))
     supervisor = Supervisor([worker_command(consumed)], grace_seconds=grace_seconds, reconcile=True)
     try:

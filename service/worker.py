@@ -58,10 +58,12 @@ def get_celery() -> Celery:
 
 def celery_queue(queue: str, devices: int = 1) -> str:
     """The broker queue of a job of `queue` that trains on `devices` devices: the queue itself
-    for one device (as before), `gpu@2` for two. A worker owning N devices consumes the classes
-    1..N (`device_classes`), so the broker hands a job only to a worker it fits; `@` is not
-    allowed in a queue's name, so no class collides with a queue."""
-    return queue if devices <= 1 else f"{queue}@{devices}"
+    for one device (as before), `gpu.x2` for two. A worker owning N devices consumes the classes
+    1..N (`device_classes`), so the broker hands a job only to a worker it fits. The name uses
+    only characters kombu's filesystem transport (embedded mode) accepts as well as Redis
+    (`gpu@2` killed an embedded worker at start), and the settings refuse a declared queue
+    ending in `.x<N>` (`settings.workers.QUEUE_NAME_RESERVED`): no class collides with a queue."""
+    return queue if devices <= 1 else f"{queue}.x{devices}"
 
 
 def device_classes(queue: str, devices: int) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from service.core.text import text_problem
 from service.models import Checkpoint, Job
 
 PREFIX = "ft:"
@@ -34,8 +35,8 @@ def _final_checkpoint(session: Session, job: Job) -> Checkpoint | None:
 def find_fine_tuned(session: Session, tenant_id: str, name: str) -> tuple[Checkpoint, Job] | None:
     """The checkpoint behind the tenant's fine-tuned model `name`; None exactly as for a
     missing name (another tenant's included)."""
-    if not name.startswith(PREFIX) or ":" not in name[len(PREFIX) :]:
-        return None
+    if not name.startswith(PREFIX) or ":" not in name[len(PREFIX) :] or text_problem(name):
+        return None  # (a NUL character: PostgreSQL refuses it in any text parameter)
     job_id = "job_" + name.rsplit(":", 1)[1]
     job = session.scalar(select(Job).where(Job.id == job_id, Job.tenant_id == tenant_id))
     if job is None or fine_tuned_model_name(job) != name:

@@ -10,7 +10,7 @@ from service.catalog.fine_tuned import (
     tenant_fine_tuned,
 )
 from service.catalog.schemas import ModelList, ModelOut
-from service.core.problems import not_found
+from service.core.problems import model_not_found
 from service.http.deps import SessionDep, TenantDep
 from service.http.openapi import problems
 
@@ -49,14 +49,14 @@ def get_model(
     if model.startswith(FINE_TUNED_PREFIX):
         found = find_fine_tuned(session, tenant, model)
         if found is None:
-            raise not_found("model", model)
+            raise model_not_found(model)
         ckpt, job = found
         root = service.find_model(session, job.base_model or "")
         return ModelOut.of_fine_tuned(model, ckpt, job, root)
     if model.startswith("ckpt_"):
         found = service.find_tenant_checkpoint(session, tenant, model)
         if found is None:
-            raise not_found("model", model)
+            raise model_not_found(model)
         ckpt, job = found
         return ModelOut.of_checkpoint(ckpt, job, service.find_model(session, job.base_model or ""))
     return ModelOut.of_catalog(service.get_model(session, model))

@@ -9,7 +9,8 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from service.catalog.facts import ModelFacts
-from service.core.problems import not_found
+from service.core.problems import model_not_found
+from service.core.text import text_problem
 from service.models import UNFINISHED_STATUSES, CatalogModel, Checkpoint, Job
 from service.storage import ObjectStorage
 
@@ -96,7 +97,10 @@ def find_tenant_checkpoint(
     session: Session, tenant_id: str, checkpoint_id: str
 ) -> tuple[Checkpoint, Job] | None:
     """The checkpoint with its job, when the job is this tenant's; None exactly as for a
-    missing id otherwise."""
+    missing id otherwise, and for an id the database cannot even compare (a NUL character:
+    PostgreSQL refuses it in any text parameter)."""
+    if text_problem(checkpoint_id) is not None:
+        return None
     row = session.execute(
         select(Checkpoint, Job)
         .join(Job, Job.id == Checkpoint.job_id)
@@ -122,5 +126,5 @@ def tenant_checkpoints(
 def get_model(session: Session, name: str) -> CatalogModel:
     row = find_model(session, name)
     if row is None:
-        raise not_found("model", name)
+        raise model_not_found(name)
     return row

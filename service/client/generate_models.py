@@ -44,6 +44,7 @@ MODELS = {
     "EventOut": "EventOut",
     "JobCreate": "JobCreate",
     "JobOut": "JobOut",
+    "ModelOut": "ModelOut",
     "PreflightOut": "PreflightOut",
     "RolloutOut": "RolloutOut",
     "UsageReport": "UsageReport",

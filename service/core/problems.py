@@ -11,6 +11,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 PROBLEM_JSON = "application/problem+json"
+PROBLEM_TYPE_ROOT = "https://grpo-service.dev/problems/"
+# Where a caller finds the names a `model` field takes: the CLI's command and the API route.
+MODELS_HINT = "`grpo models` or GET /v1/models lists them"
 
 
 def status_title(status: int) -> str:
@@ -34,7 +37,9 @@ class OpenAIError(BaseModel):
     message: str
     type: str = Field(description="`invalid_request_error`, or `server_error` for a 5xx.")
     param: str | None = Field(None, description="The first bad field, as a dotted path.")
-    code: str | None = Field(None, description="The problem's title, snake_case.")
+    code: str | None = Field(
+        None, description="The problem type's name, snake_case: `model_not_found`, `not_found`."
+    )
 
 
 class Problem(BaseModel):
@@ -65,7 +70,9 @@ class Problem(BaseModel):
     detail: str
     errors: list[FieldError] | None = Field(None, description="Every bad field (a 422; 400s too).")
     error: OpenAIError | None = Field(
-        None, description="The same, as OpenAI's SDK reads it (/v1/files, /v1/fine_tuning/jobs)."
+        None,
+        description="The same, as OpenAI's SDK reads it (/v1/files, /v1/fine_tuning/jobs, "
+        "/v1/chat/completions, /v1/completions).",
     )
 
 
@@ -78,10 +85,14 @@ class ProblemError(Exception):
         *,
         errors: list[FieldError] | None = None,
         headers: dict[str, str] | None = None,
+        kind: str | None = None,
     ) -> None:
+        """`kind`: the problem type's name when it says more than the title (`model-not-found`);
+        OpenAI's `error.code` is read from it (service.http.openai_errors)."""
         super().__init__(detail)
+        kind = kind or title.lower().replace(" ", "-")
         self.problem = Problem(
-            type=f"https://grpo-service.dev/problems/{title.lower().replace(' ', '-')}",
+            type=f"{PROBLEM_TYPE_ROOT}{kind}",
             title=title,
             status=status,
             detail=detail,
@@ -92,6 +103,18 @@ class ProblemError(Exception):
 
 def not_found(kind: str, ident: str) -> ProblemError:
     return ProblemError(404, "Not Found", f"{kind} '{ident}' not found")
+
+
+def model_not_found(model: str) -> ProblemError:
+    """What OpenAI answers for a `model` it does not serve: 404, code `model_not_found`, param
+    `model` (the official SDK's `NotFoundError`)."""
+    return ProblemError(
+        404,
+        "Not Found",
+        f"model '{model}' not found ({MODELS_HINT})",
+        errors=[FieldError(path="$.model", message=f"no such model ({MODELS_HINT})")],
+        kind="model-not-found",
+    )
 
 
 def conflict(detail: str) -> ProblemError:

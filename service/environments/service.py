@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from service.core.db import session_scope
 from service.core.problems import FieldError, ProblemError, invalid, json_path
+from service.core.pydantic_errors import field_message
 from service.core.quotas import check_environment_quota
 from service.environments.schemas import (
     EnvironmentCreate,
@@ -46,7 +47,7 @@ def _checked_config(
             [
                 FieldError(
                     path=json_path(("body", "config", *e["loc"])),
-                    message=e["msg"].removeprefix("Value error, "),
+                    message=field_message(e, EnvironmentConfig),
                 )
                 for e in exc.errors()
             ]

@@ -102,7 +102,9 @@ def get_fine_tuning_job(job: FineTuningJobDep, session: SessionDep) -> FineTunin
 def cancel_fine_tuning_job(job: FineTuningJobDep, session: SessionDep) -> FineTuningJobOut:
     """As POST /v1/jobs/{id}/cancel: a queued job is cancelled at once, a running one stops at
     its next step (`running` until then). 409 for a finished job."""
-    return _view(session, jobs.cancel_job(session, job))
+    with service.named_as_openai(job):
+        changed = jobs.cancel_job(session, job)
+    return _view(session, changed)
 
 
 @router.post(
@@ -113,7 +115,9 @@ def cancel_fine_tuning_job(job: FineTuningJobDep, session: SessionDep) -> FineTu
 )
 def pause_fine_tuning_job(job: FineTuningJobDep, session: SessionDep) -> FineTuningJobOut:
     """As POST /v1/jobs/{id}/pause: `paused` once its checkpoint is saved."""
-    return _view(session, jobs.pause_job(session, job))
+    with service.named_as_openai(job):
+        changed = jobs.pause_job(session, job)
+    return _view(session, changed)
 
 
 @router.post(
@@ -126,7 +130,9 @@ def resume_fine_tuning_job(
     job: FineTuningJobDep, session: SessionDep, settings: SettingsDep
 ) -> FineTuningJobOut:
     """As POST /v1/jobs/{id}/resume: a paused job is queued again, from its checkpoint."""
-    return _view(session, jobs.resume_job(session, settings, job))
+    with service.named_as_openai(job):
+        changed = jobs.resume_job(session, settings, job)
+    return _view(session, changed)
 
 
 @router.get(

@@ -7,6 +7,8 @@ OpenAI request for the fine_tuning.job view (`views`)."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pydantic import ValidationError
@@ -17,7 +19,8 @@ from service.catalog.fine_tuned import PREFIX as FINE_TUNED_PREFIX
 from service.catalog.fine_tuned import find_fine_tuned
 from service.core.openai_ids import to_openai, to_ours
 from service.core.pagination import PageParams, paginate
-from service.core.problems import FieldError, ProblemError, invalid, json_path, not_found
+from service.core.problems import FieldError, ProblemError, invalid, not_found
+from service.core.pydantic_errors import field_errors
 from service.datasets.service import find_dataset
 from service.files.service import find_file
 from service.fine_tuning import hyperparameters
@@ -178,9 +181,7 @@ def create_job(
     try:
         job_body = JobCreate.model_validate(spec)
     except ValidationError as exc:  # a mapped knob out of range (the knobs' own bounds)
-        problem = invalid(
-            [FieldError(path=json_path(e["loc"]), message=e["msg"]) for e in exc.errors()]
-        )
+        problem = invalid(field_errors(exc.errors(), JobCreate))
         raise _repath(problem, hyperparameters.KNOB_PATHS) from None
     try:
         job = jobs.create_job(session, storage, settings, tenant_id, job_body)
@@ -217,6 +218,22 @@ def get_job(session: Session, tenant_id: str, job_id: str) -> Job:
     if job is None:
         raise not_found("fine_tuning.job", job_id)
     return job
+
+
+@contextmanager
+def named_as_openai(job: Job) -> Iterator[None]:
+    """A refusal of an operation on `job` (a 409 from service.jobs) names it as the caller
+    does, `ftjob-…`, not by our `job_…` id."""
+    try:
+        yield
+    except ProblemError as exc:
+        ours, theirs = job.id, to_openai("job", job.id)
+        problem = exc.problem
+        errors = [e.model_copy(update={"message": e.message.replace(ours, theirs)})
+                  for e in problem.errors or []]  # fmt: skip
+        update = {"detail": problem.detail.replace(ours, theirs), "errors": errors or None}
+        exc.problem = problem.model_copy(update=update)
+        raise
 
 
 def list_jobs(

@@ -8,6 +8,7 @@ import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -19,9 +20,9 @@ from service.core.problems import (
     Problem,
     ProblemError,
     invalid,
-    json_path,
     status_title,
 )
+from service.core.pydantic_errors import field_errors
 from service.http.openai_errors import wants_openai_error, with_openai_error
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,14 @@ def render_problem(
     )
 
 
+def _body_model(request: Request) -> type[BaseModel] | None:
+    """The pydantic model the request's route reads its body into (for "did you mean")."""
+    field = getattr(request.scope.get("route"), "body_field", None)
+    annotation = field.field_info.annotation if field is not None else None
+    is_model = isinstance(annotation, type) and issubclass(annotation, BaseModel)
+    return annotation if is_model else None
+
+
 def database_unavailable(exc: BaseException) -> JSONResponse:
     """503 with Retry-After: the database is out of reach for now. Nothing was stored (the
     request's transaction never committed), so the client retries as for any 503."""
@@ -65,10 +74,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        model = _body_model(request)
         errors = [
             FieldError(path="$", message=f"invalid JSON: {e.get('ctx', {}).get('error', '')}")
             if e.get("type") == "json_invalid"
-            else FieldError(path=json_path(e.get("loc", ())), message=e.get("msg", "invalid"))
+            else field_errors([e], model)[0]
             for e in exc.errors()
         ]
         return render_problem(invalid(errors).problem, request=request)

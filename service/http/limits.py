@@ -100,21 +100,29 @@ class PerTenantSlots:
         self._lock = threading.Lock()
         self._busy: dict[str, int] = {}
 
-    @contextmanager
-    def hold(self, tenant: str, limit: int, what: str) -> Iterator[None]:
+    def take(self, tenant: str, limit: int, what: str) -> None:
+        """One of the tenant's slots, or a 429 (Retry-After: 1) when all are taken; `release`
+        it once done (or use `hold`)."""
         with self._lock:
             busy = self._busy.get(tenant, 0)
             if busy >= limit:
                 message = f"{busy} {what} already running for this tenant; the limit is {limit}"
                 raise too_many(message, 1)
             self._busy[tenant] = busy + 1
+
+    def release(self, tenant: str) -> None:
+        with self._lock:
+            self._busy[tenant] -= 1
+            if not self._busy[tenant]:
+                del self._busy[tenant]
+
+    @contextmanager
+    def hold(self, tenant: str, limit: int, what: str) -> Iterator[None]:
+        self.take(tenant, limit, what)
         try:
             yield
         finally:
-            with self._lock:
-                self._busy[tenant] -= 1
-                if not self._busy[tenant]:
-                    del self._busy[tenant]
+            self.release(tenant)
 
 
 verifier_tests = PerTenantSlots()

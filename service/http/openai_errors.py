@@ -10,11 +10,16 @@ code}` too, on the routes OpenAI clients call. Other routes keep their plain pro
 
 from __future__ import annotations
 
-from service.core.problems import OpenAIError, Problem
+from service.core.problems import PROBLEM_TYPE_ROOT, OpenAIError, Problem
 
-# Path prefixes whose errors carry OpenAI's body (the routes of service/files and
-# service/fine_tuning).
-OPENAI_ERROR_PREFIXES = ("/v1/files", "/v1/fine_tuning/jobs")
+# Path prefixes whose errors carry OpenAI's body (the routes of service/files,
+# service/fine_tuning and service/inference).
+OPENAI_ERROR_PREFIXES = (
+    "/v1/files",
+    "/v1/fine_tuning/jobs",
+    "/v1/chat/completions",
+    "/v1/completions",
+)
 
 
 def wants_openai_error(path: str) -> bool:
@@ -27,10 +32,14 @@ def with_openai_error(problem: Problem) -> Problem:
     if problem.errors:
         first = problem.errors[0].path
         param = first[2:] if first.startswith("$.") else first
+    # the problem type's name (`model-not-found`), else its title's (`not_found`)
+    kind = problem.type.removeprefix(PROBLEM_TYPE_ROOT)
+    if kind == problem.type:  # about:blank: a problem the framework raised
+        kind = problem.title.lower()
     error = OpenAIError(
         message=problem.detail,
         type="server_error" if problem.status >= 500 else "invalid_request_error",
         param=param,
-        code=problem.title.lower().replace(" ", "_"),
+        code=kind.replace("-", "_").replace(" ", "_"),
     )
     return problem.model_copy(update={"error": error})

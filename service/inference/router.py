@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -18,7 +19,7 @@ from fastapi.responses import Response, StreamingResponse
 from service.core.problems import ProblemError
 from service.http.deps import SessionDep, SettingsDep, StorageDep, TenantDep
 from service.http.openapi import problems
-from service.inference import service
+from service.inference import fairness, service
 from service.inference.disconnect import unless_gone
 from service.inference.renaming import renamed_body, renamed_events
 from service.inference.schemas import ChatCompletionRequest, CompletionRequest
@@ -26,7 +27,9 @@ from service.settings import Settings
 from service.storage import ObjectStorage
 
 router = APIRouter(
-    prefix="/v1", tags=["inference"], responses=problems(400, 401, 404, 422, 500, 502, 503, 504)
+    prefix="/v1",
+    tags=["inference"],
+    responses=problems(400, 401, 404, 422, 429, 500, 502, 503, 504),
 )
 
 _OK = {
@@ -77,8 +80,34 @@ async def _proxy(
     settings: Settings,
     storage: ObjectStorage,
 ) -> Response:
-    """The backend's answer, its `model` the name the caller used. A caller that goes away
-    closes our request to the backend (it stops decoding: docs/inference.md)."""
+    """The backend's answer, its `model` the name the caller used, within the request token
+    budget and one of the tenant's inference slots, held until the answer (or its stream) ends
+    (service/inference/fairness.py). A caller that goes away closes our request to the backend
+    (it stops decoding: docs/inference.md)."""
+    fairness.check_token_budget(body, settings)
+    slots = fairness.inference_slots
+    slots.take(tenant, settings.inference_tenant_concurrency, "inference requests")
+    try:
+        response = await _proxy_held(request, path, body, session, tenant, settings, storage)
+    except BaseException:
+        slots.release(tenant)
+        raise
+    if isinstance(response, _UpstreamStream):
+        response.on_close = lambda: slots.release(tenant)
+    else:
+        slots.release(tenant)
+    return response
+
+
+async def _proxy_held(
+    request: Request,
+    path: str,
+    body: ChatCompletionRequest | CompletionRequest,
+    session: Any,
+    tenant: str,
+    settings: Settings,
+    storage: ObjectStorage,
+) -> Response:
     target = await run_in_threadpool(service.resolve, session, tenant, body.model)
     url = service.backend_url(settings) + path
     openai_backend = settings.inference_backend == "openai"
@@ -132,13 +161,18 @@ class _UpstreamStream(StreamingResponse):
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
         self.answer = answer
+        self.on_close: Callable[[], None] | None = None  # once the relay has ended
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            with anyio.CancelScope(shield=True):
-                await self.answer.aclose()
+            try:
+                with anyio.CancelScope(shield=True):
+                    await self.answer.aclose()
+            finally:
+                if self.on_close is not None:
+                    self.on_close()
 
 
 # One connection pool per event loop (uvicorn runs one): a client per request would build an

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from service.catalog.fine_tuned import PREFIX as FINE_TUNED_PREFIX
 from service.catalog.fine_tuned import find_fine_tuned
 from service.catalog.service import find_model, find_tenant_checkpoint
-from service.core.problems import ProblemError, not_found
+from service.core.problems import ProblemError, model_not_found
 from service.models import Checkpoint
 from service.settings import Settings
 from service.storage import ObjectStorage
@@ -49,7 +49,7 @@ def resolve(session: Session, tenant_id: str, model: str) -> Target:
         else:
             found = find_tenant_checkpoint(session, tenant_id, model)
         if found is None:
-            raise not_found("model", model)
+            raise model_not_found(model)
         ckpt, job = found
         session.expunge(ckpt)
         return Target(
@@ -59,7 +59,7 @@ def resolve(session: Session, tenant_id: str, model: str) -> Target:
             full=ckpt.format == "full",
         )
     if find_model(session, model) is None:
-        raise not_found("model", model)
+        raise model_not_found(model)
     return Target(model)
 
 

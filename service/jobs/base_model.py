@@ -31,7 +31,7 @@ def _refusal(value: str) -> FieldError:
     return FieldError(
         path="$.base_model",
         message=f"{shown!r} is neither a catalog model nor a checkpoint of yours "
-        "(GET /v1/models lists both)",
+        "(`grpo models` or GET /v1/models lists both)",
     )
 
 

@@ -1,7 +1,8 @@
 """Per-tenant device-hour budgets (docs/usage.md): the operator sets one per tenant
-(`grpo-service tenants set-budget`); it counts every device-second the tenant's jobs recorded,
-for all time. At or over it, a submission answers 402 and a running job is asked to pause at
-its next step boundary. No web framework here: the API and the training process share it."""
+(`grpo-service tenants set-budget`); it counts every device-second the tenant's jobs recorded
+and its pre-flights held, for all time. At or over it, a submission (a pre-flight too) answers
+402 and a running job is asked to pause at its next step boundary. No web framework here: the
+API and the training process share it."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.core.problems import ProblemError
-from service.jobs import pausing
+from service.jobs import pausing, preflight_rows
 from service.models import JobUsage, Tenant
+from service.settings import get_settings
 
 BUDGET_PROBLEM = "https://grpo-service.dev/problems/budget-exhausted"
 
@@ -41,12 +43,14 @@ class BudgetState:
 
 
 def device_seconds_used(session: Session, tenant_id: str) -> float:
+    """Every device-second of the tenant: its jobs' recorded steps and its pre-flights."""
     total = session.scalar(
         select(func.coalesce(func.sum(JobUsage.device_seconds), 0.0)).where(
             JobUsage.tenant_id == tenant_id
         )
     )
-    return float(total or 0.0)
+    held = preflight_rows.device_time(session, tenant_id, get_settings())
+    return float(total or 0.0) + sum(seconds for _, _, seconds in held)
 
 
 def budget_state(

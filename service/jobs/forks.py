@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from service.core.problems import FieldError, ProblemError, invalid, json_path
+from service.core.pydantic_errors import field_message
 from service.jobs import lifecycle, service
 from service.jobs.schemas import ForkCreate, ForkedFrom, JobCreate
 from service.models import Checkpoint, Job
@@ -70,7 +71,8 @@ def fork_job(
         job = service.create_job(session, storage, settings, tenant_id, request)
     except ValidationError as exc:
         raise invalid([
-            FieldError(path=_blame(json_path(e["loc"]), body.overrides), message=e["msg"])
+            FieldError(path=_blame(json_path(e["loc"]), body.overrides),
+                       message=field_message(e, JobCreate))
             for e in exc.errors()
         ]) from None  # fmt: skip
     except ProblemError as exc:

@@ -9,7 +9,8 @@ worker died is failed by whoever reads it next, `expire_overdue`).
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
@@ -114,3 +115,26 @@ def count_open(session: Session, tenant_id: str, settings: Settings) -> int:
         )
         or 0
     )
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def device_time(
+    session: Session, tenant_id: str, settings: Settings, since: datetime | None = None
+) -> Iterator[tuple[str, datetime, float]]:
+    """(pre-flight, started at, device-seconds) of the tenant's pre-flights that ran, started
+    at `since` or later: a worker's device is held from the claim to the outcome, and at most
+    GRPO_PREFLIGHT_TIMEOUT_S (the worker kills the run there; a row whose worker died is
+    failed later, by whoever reads it). One still running counts up to now."""
+    stmt = select(Preflight.id, Preflight.started_at, Preflight.finished_at).where(
+        Preflight.tenant_id == tenant_id, Preflight.started_at.is_not(None)
+    )
+    if since is not None:
+        stmt = stmt.where(Preflight.started_at >= since)
+    now = utcnow()
+    for preflight_id, started, finished in session.execute(stmt):
+        start = _aware(started)
+        held = (_aware(finished) if finished else now) - start
+        yield preflight_id, start, min(max(held.total_seconds(), 0.0), settings.preflight_timeout_s)

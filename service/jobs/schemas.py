@@ -133,7 +133,11 @@ class JobCreate(TrainSpec):
         """A reward comes from verifiers, an environment or both. `environment` (a TrainSpec
         field) is validated before this one; absent from `info.data` when it was invalid."""
         if not v and "environment" in info.data and info.data["environment"] is None:
-            raise ValueError("at least one verifier, unless the job names an `environment`")
+            raise ValueError(
+                "a job needs a reward: list a verifier here (`verifiers: [{name: ...}]`, one "
+                "registered with `grpo verifiers create` or POST /v1/verifiers) or name an "
+                "`environment`"
+            )
         return v
 
 

@@ -50,7 +50,7 @@ def _json(row: Preflight, status_code: int = 200) -> Response:
             "headers": {"Location": {"schema": {"type": "string"}},
                         "Retry-After": {"schema": {"type": "integer"}}},
         },
-        **problems(409, 413, 429, 503),
+        **problems(402, 409, 413, 429, 503),
     },
 )  # fmt: skip
 async def create_preflight(

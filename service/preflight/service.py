@@ -1,7 +1,8 @@
 """Pre-flights (docs/preflight.md): a job spec checked as a submission is, then sampled and
 scored on a worker of its queue; the API waits for the outcome a while, then lets the client
 poll. A pre-flight creates no job and does not count toward the open-jobs limit (it has its
-own, GRPO_PREFLIGHT_MAX_OPEN)."""
+own, GRPO_PREFLIGHT_MAX_OPEN), but it spends device time: a tenant at or over its device-hour
+budget is refused it as it is a job (402), and its run is metered (docs/usage.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from sqlalchemy.orm import Session
 from service.core.db import session_scope
 from service.core.ids import new_id
 from service.core.problems import ProblemError, not_found, too_many
-from service.jobs import preflight_rows
+from service.jobs import budget, preflight_rows
 from service.jobs.schemas import JobCreate
 from service.jobs.service import validate_submission
 from service.models import PREFLIGHT_FINAL, Preflight
@@ -38,6 +39,7 @@ def submit(
         limit = settings.preflight_max_open
         raise too_many(f"{limit} pre-flights of this tenant are already under way", 5)
     submission = validate_submission(session, storage, settings, tenant_id, body)
+    budget.refuse_over_budget(session, tenant_id)  # 402 after the 422s, as POST /v1/jobs
     estimate = submission.estimate
     row = Preflight(
         id=new_id("pf"),

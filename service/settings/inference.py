@@ -30,6 +30,18 @@ class InferenceSettings(BaseModel):
     inference_timeout_s: float = Field(
         300.0, gt=0, allow_inf_nan=False, description="Longest wait for one backend answer."
     )
+    inference_tenant_concurrency: int = Field(
+        4,
+        ge=1,
+        description="Inference requests of one tenant in flight at once in one API process (a "
+        "stream until it ends); one more is a 429 with Retry-After.",
+    )
+    inference_max_tokens_per_request: int = Field(
+        16384,
+        ge=1,
+        description="Completion tokens one inference request may ask for: its cap times its "
+        "choices (max_tokens × n, × prompts); over it, a 422 naming the cap's field.",
+    )
     inference_lora_dir: Path | None = Field(
         None,
         description="`openai` backend: a folder the backend also reads, where the API unpacks "

@@ -17,7 +17,11 @@ class WebhookSettings(BaseModel):
         20, ge=1, description="Webhooks a tenant may have (429 beyond: delete some)."
     )
     webhook_timeout_s: float = Field(
-        5.0, gt=0, allow_inf_nan=False, description="One delivery attempt's HTTP timeout."
+        5.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="One delivery attempt's total deadline, from connecting to the "
+        "answer's status line.",
     )
     webhook_max_attempts: int = Field(
         10, ge=1, description="Attempts of one delivery before it is marked failed."
@@ -45,4 +49,10 @@ class WebhookSettings(BaseModel):
     )
     webhook_concurrency: int = Field(
         8, ge=1, description="Deliveries one dispatcher sends at once."
+    )
+    webhook_target_concurrency: int = Field(
+        2,
+        ge=1,
+        description="Deliveries of one webhook one dispatcher sends at once (its backlog or a "
+        "slow receiver never takes every sender).",
     )

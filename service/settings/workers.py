@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, SecretStr
+import re
+
+from pydantic import BaseModel, Field, SecretStr, field_validator
+
+# The broker queues of multi-device jobs (`service.worker.celery_queue`: `gpu.x2`); a declared
+# queue named so would share its broker queue with another queue's device class.
+QUEUE_NAME_RESERVED = re.compile(r"\.x\d+\Z")
 
 
 class QueueSettings(BaseModel):
@@ -85,6 +91,17 @@ class WorkerSettings(BaseModel):
         description="Sustained FLOP/s of one device, for estimates on queues without their "
         "own `device_flops`.",
     )
+
+    @field_validator("queues")
+    @classmethod
+    def _no_device_class_names(cls, queues: dict[str, QueueSettings]) -> dict[str, QueueSettings]:
+        for name in queues:
+            if QUEUE_NAME_RESERVED.search(name):
+                raise ValueError(
+                    f"queue {name!r}: names ending in '.x<N>' are reserved for the broker "
+                    "queues of N-device jobs"
+                )
+        return queues
 
     def device_flops_for(self, queue: str) -> float:
         """The sustained FLOP/s an estimate assumes for one device of `queue`'s workers."""

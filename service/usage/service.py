@@ -1,4 +1,5 @@
-"""The tenant's usage report (`GET /v1/usage`): the recorded step usage (`job_usage`) and the
+"""The tenant's usage report (`GET /v1/usage`): the recorded step usage (`job_usage`), the
+device time its pre-flights held (under their `pf_` ids by job, device kind `preflight`) and the
 jobs' stored objects, over whole UTC days, by job or by day. Budgets: `service.jobs.budget`."""
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.core.problems import FieldError, invalid
+from service.jobs import preflight_rows
 from service.jobs.budget import budget_state
 from service.models import Checkpoint, Job, JobUsage, RolloutFile, Tenant
+from service.settings import get_settings
 from service.usage.schemas import BudgetOut, GroupBy, UsageFigures, UsageReport, UsageRow
 
+PREFLIGHT_KIND = "preflight"  # its worker's device kind is not recorded
 _COUNTERS = ("device_seconds", "completion_tokens", "trained_tokens", "verifier_cpu_seconds")
 
 
@@ -75,6 +79,15 @@ def usage_report(
         for name, value in zip(_COUNTERS, values, strict=True):  # PostgreSQL sums: Decimal
             row[name] += int(value or 0) if name.endswith("tokens") else float(value or 0.0)
         row["device_seconds_by_kind"][kind] += float(values[0] or 0.0)
+    since = datetime.combine(first, time(), UTC)
+    for preflight_id, started, seconds in preflight_rows.device_time(
+        session, tenant_id, get_settings(), since
+    ):
+        if started.date() >= stop:
+            continue
+        row = rows[preflight_id if group_by == "job" else started.date()]
+        row["device_seconds"] += seconds
+        row["device_seconds_by_kind"][PREFLIGHT_KIND] += seconds
     for job_id, written_at, size in _stored_objects(session, tenant_id, first, stop):
         rows[job_id if group_by == "job" else _as_utc(written_at).date()]["storage_bytes"] += size
     ordered = sorted(rows.items(), key=lambda kv: kv[0], reverse=group_by == "job")

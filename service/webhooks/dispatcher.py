@@ -1,5 +1,9 @@
 """The dispatcher: claims due outbox rows, POSTs them signed, records each outcome.
 
+Each delivery is sent on its own as soon as a sender is free, within one total deadline
+(`send`), and at most GRPO_WEBHOOK_TARGET_CONCURRENCY of one webhook's at once (`claim`): a
+slow receiver holds its own deliveries, never another's.
+
 At-least-once: a claim moves the row's `next_attempt_at` past the attempt's timeout and counts
 the attempt before anything is sent, then commits; the outcome is written after. A dispatcher
 that dies mid-send leaves the row to come due again (the same `webhook-id`), so a receiver may
@@ -15,15 +19,20 @@ import logging
 import random
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import anyio
+import anyio.to_thread
 import httpx
-from sqlalchemy import delete, select, update
-from sqlalchemy.orm import Session
+from anyio.abc import TaskGroup
+from sqlalchemy import Row, delete, func, select, update
+from sqlalchemy.orm import Session, sessionmaker
 
-from service.core.db import session_scope
+from service.core.db import get_sessionmaker
 from service.models import Webhook, WebhookDelivery
 from service.models.base import utcnow
 from service.secrets import crypto
@@ -32,8 +41,6 @@ from service.webhooks import signing, targets
 from service.webhooks.service import secret_name
 
 log = logging.getLogger(__name__)
-
-BATCH_PER_SENDER = 4  # rows claimed per pass, per concurrent sender
 
 
 @dataclass(frozen=True)
@@ -62,27 +69,47 @@ def _aware(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def claim(session: Session, settings: Settings, limit: int) -> list[Attempt]:
-    """Lease up to `limit` due deliveries to this dispatcher, counting the attempt. One UPDATE:
-    on SQLite it takes the write lock before it reads (no stale read to act on); on PostgreSQL
-    the rows are picked `FOR UPDATE SKIP LOCKED`, so concurrent dispatchers get disjoint rows."""
+def claim(
+    session: Session, settings: Settings, limit: int, in_flight: Mapping[str, int] | None = None
+) -> list[Attempt]:
+    """Lease up to `limit` due deliveries to this dispatcher, counting the attempt, at most
+    GRPO_WEBHOOK_TARGET_CONCURRENCY per webhook with those `in_flight` (webhook id -> sends
+    under way here): the webhooks due longest first, so that one webhook's backlog never takes
+    every sender. Each webhook's rows are leased by one UPDATE whose WHERE re-checks that they
+    are still due (a row another dispatcher leased meanwhile is passed by); on PostgreSQL they
+    are picked `FOR UPDATE SKIP LOCKED`, so concurrent dispatchers get disjoint rows."""
+    in_flight = in_flight or {}
+    cap = settings.webhook_target_concurrency
     now = utcnow()
-    lease = timedelta(seconds=2 * settings.webhook_timeout_s + 30)
-    due = (
-        select(WebhookDelivery.id)
-        .where(WebhookDelivery.status == "pending", WebhookDelivery.next_attempt_at <= now)
-        .order_by(WebhookDelivery.next_attempt_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    )
     D = WebhookDelivery
-    rows = session.execute(
-        update(D)
-        .where(D.id.in_(due))
-        .values(attempts=D.attempts + 1, last_attempt_at=now, next_attempt_at=now + lease)
-        .returning(D.id, D.attempts, D.created_at, D.body, D.webhook_id)
-        .execution_options(synchronize_session=False)
+    full = [webhook for webhook, sends in in_flight.items() if sends >= cap]
+    due_webhooks = session.scalars(
+        select(D.webhook_id)
+        .where(D.status == "pending", D.next_attempt_at <= now, D.webhook_id.not_in(full))
+        .group_by(D.webhook_id)
+        .order_by(func.min(D.next_attempt_at))
+        .limit(limit)
     ).all()
+    lease = timedelta(seconds=2 * settings.webhook_timeout_s + 30)
+    rows: list[Row[Any]] = []
+    for webhook_id in due_webhooks:
+        room = min(cap - in_flight.get(webhook_id, 0), limit - len(rows))
+        if room <= 0:
+            continue
+        due = (
+            select(D.id)
+            .where(D.webhook_id == webhook_id, D.status == "pending", D.next_attempt_at <= now)
+            .order_by(D.next_attempt_at)
+            .limit(room)
+            .with_for_update(skip_locked=True)
+        )
+        rows += session.execute(
+            update(D)
+            .where(D.id.in_(due), D.status == "pending", D.next_attempt_at <= now)
+            .values(attempts=D.attempts + 1, last_attempt_at=now, next_attempt_at=now + lease)
+            .returning(D.id, D.attempts, D.created_at, D.body, D.webhook_id)
+            .execution_options(synchronize_session=False)
+        ).all()
     if not rows:
         return []
     hooks = {
@@ -141,10 +168,14 @@ def record(session: Session, settings: Settings, attempt: Attempt, outcome: Outc
     )
 
 
-def send(http: httpx.Client, settings: Settings, attempt: Attempt) -> Outcome:
-    """One signed POST to the checked address (DNS answers re-checked now: rebinding)."""
+async def send(http: httpx.AsyncClient, settings: Settings, attempt: Attempt) -> Outcome:
+    """One signed POST to the checked address (DNS answers re-checked now: rebinding), within
+    one total deadline of GRPO_WEBHOOK_TIMEOUT_S from connecting to the status line (httpx's
+    timeouts are per read: a receiver trickling a header line at a time would pass them all)."""
     try:
-        target = targets.resolve(attempt.url, settings.webhook_allow_private)
+        target = await anyio.to_thread.run_sync(
+            targets.resolve, attempt.url, settings.webhook_allow_private
+        )
     except targets.TargetRefused as exc:
         return Outcome(None, str(exc))
     try:
@@ -159,61 +190,87 @@ def send(http: httpx.Client, settings: Settings, attempt: Attempt) -> Outcome:
     extensions = {}
     if url.scheme == "https" and target.address != url.host:
         extensions["sni_hostname"] = url.host  # TLS and its certificate check: the name
-    try:
-        with http.stream(
-            "POST",
-            url.copy_with(host=target.address),
-            content=attempt.body.encode(),
-            headers=headers,
-            extensions=extensions,
-        ) as response:  # the body is never read: a receiver cannot make us hold much
-            return Outcome(response.status_code, None if response.is_success else "not 2xx")
-    except httpx.HTTPError as exc:
-        return Outcome(None, f"{type(exc).__name__}: {exc}"[:500])
+    with anyio.move_on_after(settings.webhook_timeout_s):
+        try:
+            async with http.stream(
+                "POST",
+                url.copy_with(host=target.address),
+                content=attempt.body.encode(),
+                headers=headers,
+                extensions=extensions,
+            ) as response:  # the body is never read: a receiver cannot make us hold much
+                return Outcome(response.status_code, None if response.is_success else "not 2xx")
+        except httpx.HTTPError as exc:
+            return Outcome(None, f"{type(exc).__name__}: {exc}"[:500])
+    return Outcome(None, f"no answer within {settings.webhook_timeout_s:g} s")
 
 
 class Dispatcher:
-    def __init__(self, settings: Settings) -> None:
+    """Sends deliveries as they come due, each on its own (no batch waits for its slowest):
+    GRPO_WEBHOOK_CONCURRENCY at once, at most GRPO_WEBHOOK_TARGET_CONCURRENCY per webhook, so a
+    slow receiver holds only its own deliveries, each to its deadline."""
+
+    def __init__(self, settings: Settings, sessions: sessionmaker[Session] | None = None) -> None:
         self.settings = settings
-        self.http = httpx.Client(
+        self.sessions = sessions or get_sessionmaker()
+        self.http = httpx.AsyncClient(
             timeout=settings.webhook_timeout_s,
             follow_redirects=False,
             trust_env=False,  # no proxy from the environment: we connect to what we checked
             limits=httpx.Limits(max_connections=settings.webhook_concurrency),
         )
-        self.pool = ThreadPoolExecutor(settings.webhook_concurrency, "webhook-send")
+        self.in_flight: Counter[str] = Counter()  # webhook id -> sends under way
+        self.freed: anyio.Event  # set when a send ends (room for a claim); made in its loop
 
-    def _deliver(self, attempt: Attempt) -> Outcome:
-        outcome = send(self.http, self.settings, attempt)
-        with session_scope() as session:
+    def _claim(self, limit: int, in_flight: dict[str, int]) -> list[Attempt]:
+        with self.sessions.begin() as session:
+            return claim(session, self.settings, limit, in_flight)
+
+    def _record(self, attempt: Attempt, outcome: Outcome) -> None:
+        with self.sessions.begin() as session:
             record(session, self.settings, attempt, outcome)
-        return outcome
 
-    def run_once(self) -> int:
-        """Claim due deliveries and send them; returns how many were attempted."""
-        with session_scope() as session:
-            attempts = claim(
-                session, self.settings, BATCH_PER_SENDER * self.settings.webhook_concurrency
-            )
-        list(self.pool.map(self._deliver, attempts))
+    async def _deliver(self, attempt: Attempt) -> None:
+        try:
+            outcome = await send(self.http, self.settings, attempt)
+            await anyio.to_thread.run_sync(self._record, attempt, outcome)
+        except Exception:  # the row comes due again when its lease ends
+            log.exception("webhook delivery %s failed", attempt.delivery_id)
+        finally:
+            self.in_flight[attempt.webhook_id] -= 1
+            if self.in_flight[attempt.webhook_id] <= 0:
+                del self.in_flight[attempt.webhook_id]
+            self.freed.set()
+
+    async def claim_and_start(self, tasks: TaskGroup) -> int:
+        """Claim what the free senders can take and start sending it; returns how many."""
+        free = self.settings.webhook_concurrency - self.in_flight.total()
+        if free <= 0:
+            return 0
+        attempts = await anyio.to_thread.run_sync(self._claim, free, dict(self.in_flight))
+        for attempt in attempts:
+            self.in_flight[attempt.webhook_id] += 1
+            tasks.start_soon(self._deliver, attempt)
         return len(attempts)
 
-    def close(self) -> None:
-        self.pool.shutdown(wait=True)
-        self.http.close()
+    async def serve(self, stop: threading.Event) -> None:
+        """Until `stop` is set; then the sends under way finish (each within its deadline)."""
+        try:
+            async with anyio.create_task_group() as tasks:
+                while not stop.is_set():
+                    self.freed = anyio.Event()
+                    try:
+                        busy = await self.claim_and_start(tasks) > 0
+                    except Exception:
+                        log.exception("webhook dispatch pass failed")
+                        busy = False
+                    if not busy:  # idle or every sender taken: a poll later, or a send ends
+                        with anyio.move_on_after(self.settings.webhook_poll_s):
+                            await self.freed.wait()
+        finally:
+            await self.http.aclose()
 
 
 def run_forever(settings: Settings, stop: threading.Event) -> None:
     """The dispatcher loop, run beside every reconciler; errors are logged, never fatal."""
-    dispatcher = Dispatcher(settings)
-    try:
-        while not stop.is_set():
-            try:
-                busy = dispatcher.run_once() > 0
-            except Exception:
-                log.exception("webhook dispatch pass failed")
-                busy = False
-            if not busy:
-                stop.wait(settings.webhook_poll_s)
-    finally:
-        dispatcher.close()
+    anyio.run(Dispatcher(settings).serve, stop)

@@ -73,8 +73,8 @@ def addresses(host: str, port: int) -> list[IPAddress]:
         pass
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise TargetRefused(f"host '{host}' does not resolve ({exc})") from None
+    except (socket.gaierror, UnicodeError):
+        raise TargetRefused(f"host '{host}' does not resolve") from None
     # scope ids (fe80::1%eth0) are cut before parsing; the address itself is what is judged
     return list(dict.fromkeys(ipaddress.ip_address(str(i[4][0]).split("%")[0]) for i in infos))
 
@@ -87,12 +87,11 @@ def resolve(url: str, allow_private: bool) -> Target:
     found = addresses(parsed.host, port)
     if not found:
         raise TargetRefused(f"host '{parsed.host}' has no address")
-    if not allow_private:
-        for ip in found:
-            if not is_public(ip):
-                where = "" if str(ip) == parsed.host else f"'{parsed.host}' resolves to "
-                raise TargetRefused(
-                    f"{where}{ip} is a non-public address (loopback, private, link-local...): "
-                    "refused unless the operator allows private targets"
-                )
+    # The refusal names the host as the caller wrote it, never an address a name resolved to:
+    # that would answer internal DNS queries for anyone who can create a webhook.
+    if not allow_private and not all(is_public(ip) for ip in found):
+        raise TargetRefused(
+            f"host '{parsed.host}' is not a public address (loopback, private, link-local...): "
+            "refused unless the operator allows private targets"
+        )
     return Target(url=parsed, address=str(found[0]))

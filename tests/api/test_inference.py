@@ -47,7 +47,7 @@ def dead_backend(
 def test_bad_chat_bodies_are_422_with_the_path(api: RunningService, body: dict, path: str) -> None:
     with pytest.raises(openai.UnprocessableEntityError) as err:
         sdk(api).chat.completions.create(model=TINY, **body)
-    assert path in [e["path"] for e in err.value.body["errors"]]
+    assert path in [e["path"] for e in err.value.response.json()["errors"]]
     assert path in str(err.value)  # the SDK's message names it
 
 
@@ -72,7 +72,11 @@ def test_unknown_and_foreign_models_are_404(api: RunningService) -> None:
         stranger.chat.completions.create(model=ckpt, messages=CHAT)
     with pytest.raises(openai.NotFoundError) as absent:
         stranger.chat.completions.create(model=missing, messages=CHAT)
-    assert theirs.value.body == {**absent.value.body, "detail": f"model '{ckpt}' not found"}
+    theirs_body, absent_body = theirs.value.response.json(), absent.value.response.json()
+    for body, model in ((theirs_body, ckpt), (absent_body, missing)):
+        assert body["detail"].startswith(f"model '{model}' not found")
+        body["detail"] = body["error"]["message"] = ""
+    assert theirs_body == absent_body
     with pytest.raises(openai.NotFoundError, match="model 'no-such-model' not found"):
         stranger.completions.create(model="no-such-model", prompt="x")
 

@@ -159,7 +159,7 @@ def test_an_adapter_is_loaded_once_where_vllm_reads_it_and_answers_under_the_cal
 def test_backend_errors_are_the_sdks_error_classes(sdk: openai.OpenAI, vllm: FakeVllm) -> None:
     with pytest.raises(openai.BadRequestError) as refused:  # vLLM's older shape: its message
         sdk.chat.completions.create(model=CHAT, messages=HI, temperature=REFUSED_TEMPERATURE)  # type: ignore[arg-type]
-    assert refused.value.body["detail"] == "temperature is too high for this model"  # type: ignore[index]
+    assert refused.value.body["message"] == "temperature is too high for this model"  # type: ignore[index]
     # a catalog model the operator's vLLM does not serve: its 404, with its message
     vllm.served.discard(TINY)
     try:
@@ -167,7 +167,7 @@ def test_backend_errors_are_the_sdks_error_classes(sdk: openai.OpenAI, vllm: Fak
             sdk.completions.create(model=TINY, prompt="x")
     finally:
         vllm.served.add(TINY)
-    assert unserved.value.body["detail"] == f"The model `{TINY}` does not exist."  # type: ignore[index]
+    assert unserved.value.body["message"] == f"The model `{TINY}` does not exist."  # type: ignore[index]
     with pytest.raises(openai.InternalServerError) as failed:
         sdk.completions.create(model=CHAT, prompt=FAILING_PROMPT)
     assert failed.value.status_code == 502 and "answered 500" in str(failed.value)

@@ -253,4 +253,4 @@ def test_a_tenant_secrets_private_endpoint_is_refused(judged: tuple[RunningServi
     )
     assert r.status_code == 200, r.text
     (error,) = r.json()["errors"]
-    assert "non-public address" in error and r.json()["scores"] == [None]
+    assert "not a public address" in error and r.json()["scores"] == [None]

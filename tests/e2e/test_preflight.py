@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,14 @@ def test_constant_reward_is_flagged(client: httpx.Client, embedded_service: Runn
     stranger = embedded_service.client(embedded_service.new_key("preflight-stranger"))
     assert stranger.get(f"/v1/jobs/preflight/{result['id']}").status_code == 404
     assert client.get(f"/v1/jobs/preflight/{result['id']}").json() == result
+    # metered: the device time its worker held, from the claim to the outcome
+    held = datetime.fromisoformat(result["finished_at"]) - datetime.fromisoformat(
+        result["started_at"]
+    )
+    usage = client.get("/v1/usage", params={"group_by": "job"}).json()
+    assert [r["job_id"] for r in usage["data"]] == [result["id"]]
+    assert usage["totals"]["device_seconds"] == pytest.approx(held.total_seconds(), abs=1e-3)
+    assert 0 < held.total_seconds() < 300
 
 
 def test_regex_reward_figures_match_the_samples(client: httpx.Client) -> None:

@@ -121,7 +121,8 @@ def test_a_tracker_that_fails_is_one_warning_and_the_job_succeeds(
     job = done["wandb"]
     assert job["status"] == "succeeded", job
     events = client.get(f"/v1/jobs/{job['id']}/events").json()["data"]
-    warnings = [e for e in events if e["type"] == "warning"]
+    # (this tiny run may also get the flat-reward warning, which has no `tracker`)
+    warnings = [e for e in events if e["type"] == "warning" and "tracker" in e["data"]]
     assert len(warnings) == 1 and warnings[0]["data"]["tracker"] == "wandb", warnings
     assert "tracker wandb" in warnings[0]["message"]
     assert WANDB_KEY not in json.dumps(events) and WANDB_KEY not in service.logs()

@@ -4,6 +4,7 @@ from /v1/chat/completions under the pages' Content-Security-Policy, with no cons
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import httpx
@@ -32,6 +33,10 @@ def test_the_playground_answers_with_the_base_and_a_checkpoint(
     Select(browser.find_element(By.ID, "playground-checkpoint")).select_by_value(oldest["id"])
     assert option.is_selected()
     prompt = browser.find_element(By.ID, "playground-prompt")
+    # the default prompt is one of the job's own (its dataset's "Digit N:"), not a stock one
+    PageWait(browser, 20).until(lambda d: prompt.get_attribute("value") != "What is 7 * 6?")
+    default = prompt.get_attribute("value") or ""
+    assert re.fullmatch(r"Digit \d:", default), default
     prompt.clear()
     prompt.send_keys("Digit 3:")
     browser.find_element(By.ID, "playground-max-tokens").clear()

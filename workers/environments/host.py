@@ -33,6 +33,10 @@ from .protocol import Message, Record, StepResult, ToolCall, ToolError
 RUNTIME_SOURCE = (Path(__file__).parent / "_runtime.py").read_text()
 DEFAULT_BUDGET_S = 6 * 3600.0  # wall time in the sandbox per job, summed over calls
 DEFAULT_MAX_FAILURES = 20  # broken batches (timeouts, crashes) per job before it fails
+# Characters of one observation, first turn or tool output: the runtime's own `MAX_TEXT`,
+# checked again here. The runtime's check runs on the tenant's objects, and a `str` subclass
+# can lie about its length (`__len__` returning 0) while JSON carries every character.
+MAX_TEXT = 1_000_000
 Outcome = tuple[Any, str | None]  # (the runtime's JSON value, None) or (None, error)
 
 
@@ -129,6 +133,8 @@ class SandboxedEnvironment:
             for i, (value, error) in zip(send, outcomes, strict=True):
                 if error is None and not isinstance(value, str):
                     error = "environment protocol violation: malformed reset result"
+                elif error is None:
+                    error = too_long(value, "reset's result")
                 out[i] = ValueError(f"reset failed: {error}") if error is not None else value
         return out
 
@@ -146,6 +152,8 @@ class SandboxedEnvironment:
                 out[i] = ToolError(f"error: {error}")
             elif not (isinstance(value, dict) and isinstance(value.get("output"), str)):
                 out[i] = ToolError("error: environment protocol violation: malformed tool output")
+            elif long := too_long(value["output"], "the tool's output"):
+                out[i] = ToolError(f"error: {long}")
             else:
                 out[i] = ToolError(value["output"]) if value.get("error") else value["output"]
         return out
@@ -203,6 +211,13 @@ class SandboxedEnvironment:
             raise EnvironmentBudgetExceeded(self.name, exc.cause) from None
 
 
+def too_long(text: str, what: str) -> str | None:
+    """The runtime's length refusal, on the host's plain `str` decoded from the sandbox's JSON."""
+    if len(text) > MAX_TEXT:
+        return f"{what} is {len(text)} characters; the limit is {MAX_TEXT}"
+    return None
+
+
 def _accept(item: list[Any]) -> Outcome:
     tag = item[1] if len(item) > 1 else None
     if tag == "j" and len(item) == 3:
@@ -229,5 +244,7 @@ def _step_result(value: Any, error: str | None) -> StepResult:
             and math.isfinite(reward)
             and isinstance(done, bool)
         ):
+            if obs is not None and (long := too_long(obs, "step's observation")):
+                return StepResult(error=f"step failed: {long}")
             return StepResult(observation=obs, reward=float(reward), done=done)
     return StepResult(error="step failed: environment protocol violation: malformed step result")

@@ -10,8 +10,11 @@ see only those, and the episode's advantage reaches each of them (GRPO, outcome 
 
 An episode that errs (a step raising, a malformed result, an observation past the context) ends
 there with its error counted (`errors/environment`, an `environment_errors` event); the job goes
-on. Episodes are regenerated from the step's records and the run's generator: a resumed job
-replays from the step boundary with nothing more in its checkpoint.
+on. An episode is truncated (`finish_reason: length`, counted in `truncated_frac`, dropped by
+`mask_truncated_completions`) when the context or max_turns cut it, or when its last turn ended
+at `max_new_tokens`, as a single completion would be. Episodes are regenerated from the step's
+records and the run's generator: a resumed job replays from the step boundary with nothing
+more in its checkpoint.
 """
 
 from __future__ import annotations
@@ -85,7 +88,8 @@ class EpisodeRollout:
         tokens = [policy.episodes.get(i) or EpisodeTokens(prompt=[]) for i in range(len(batch))]
         for ep, tok in zip(episodes, tokens, strict=True):
             ep.errors += tok.errors
-            ep.truncated = ep.truncated or tok.truncated
+            # cut by the context, at max_turns, or (as a single completion) in its last turn
+            ep.truncated = ep.truncated or tok.truncated or tok.last_cut
         out = _generation(tokens, episodes, group_size, keep_logprobs, self.tokenizer, self.device)
         scored = _score(scorers, batch, episodes, on_event)
         scored.metrics |= episode_metrics(episodes, tokens, self.max_turns)

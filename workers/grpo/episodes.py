@@ -55,6 +55,7 @@ class EpisodeTokens:
     last_text: str = ""  # the last turn's decoded text, as the transcript holds it
     last_special: str = ""  # the special token the last turn ended with ("" if none)
     truncated: bool = False  # the context is full
+    last_cut: bool = False  # the last turn sampled ended at max_new_tokens (no EOS, no stop)
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -115,6 +116,7 @@ class ModelPolicy:
         self._cache = out.continuation
         lengths = out.lengths or [int(n) for n in out.completion_mask.sum(1).tolist()]
         ids = out.completion_ids.tolist()
+        cut = out.truncated.tolist()  # (len(going),) one transfer, never per row
         kept = None if out.logprobs is None else out.logprobs.tolist()
         special = set(self.tokenizer.all_special_ids)
         for row, (k, ep) in enumerate(going):
@@ -125,6 +127,7 @@ class ModelPolicy:
             last = sampled[-1] if sampled else None
             ep.last_special = self.tokenizer.decode([last]) if last in special else ""
             ep.last_text = turns[k] = out.texts[row]
+            ep.last_cut = bool(cut[row])
             self.turn_tokens += len(sampled)
         return turns
 

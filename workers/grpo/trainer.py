@@ -5,8 +5,9 @@ Each step: take prompts -> sample G completions per prompt -> score with every v
 group-relative advantages -> reference log-probs (beta > 0; none computed at beta = 0) -> for
 mu = num_iterations passes: clipped-surrogate + k3-KL loss over micro-batches with gradient
 accumulation (`update.py`), grad-norm clip, AdamW step -> lr schedule -> metrics -> held-out
-evaluation and the reward-hacking watch (`evaluation.py`) -> checkpoint. With an environment,
-each completion is an episode and only the model's own tokens carry loss (`episode_rollout.py`).
+evaluation and the reward-hacking watch (`evaluation.py`) -> the flat-reward warning
+(`flat_rewards.py`) -> checkpoint. With an environment, each completion is an episode and only
+the model's own tokens carry loss (`episode_rollout.py`).
 pi_old is the policy that sampled: its log-probs kept by the sampler when mu > 1 (scored by one
 forward pass if the sampler cannot keep them), the detached current policy when mu = 1.
 How completions are decoded and log-probs computed is the backend's (`backend.py`: the plain
@@ -33,6 +34,7 @@ from workers.grpo.checkpoint import NotResumable, check_resumable
 from workers.grpo.config import TrainSpec
 from workers.grpo.episode_rollout import EpisodeRollout, Played
 from workers.grpo.evaluation import evaluate
+from workers.grpo.flat_rewards import FlatRewardWatch
 from workers.grpo.loss import loss_denominator
 from workers.grpo.policy import BaseWeights, ModelLoadError
 from workers.grpo.rollout import Rollout, collect_rollout
@@ -101,6 +103,7 @@ def _loop(run: Run, resume_from: Path | None, checkpoints: Path) -> TrainResult:
     """Steps until the last one, a stop or a release; checkpoints on the spec's cadence."""
     spec, hooks = run.spec, run.hooks
     last, saved_step = resume_from, run.step
+    flat = FlatRewardWatch()  # steps whose groups all scored alike: said once per streak
     for step in range(run.step + 1, spec.grpo.steps + 1):
         if run.world.agree(hooks.should_release()):
             if run.step > saved_step:
@@ -118,6 +121,8 @@ def _loop(run: Run, resume_from: Path | None, checkpoints: Path) -> TrainResult:
             if step % spec.eval_every == 0 or step == spec.grpo.steps:
                 metrics |= _evaluate(run)
         hooks.on_step(step, metrics)
+        if (warning := flat.observe(step, metrics["frac_zero_std_groups"])) is not None:
+            hooks.on_event("warning", *warning)
         if step % spec.checkpoint_every == 0 or step == spec.grpo.steps:
             last = save_step(run, checkpoints)
             saved_step = step

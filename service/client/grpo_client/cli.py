@@ -16,6 +16,7 @@ from rich.text import Text
 from grpo_client import (
     cli_environments,  # noqa: F401  (registers `grpo environments`)
     cli_jobs,  # noqa: F401  (registers the jobs and checkpoints commands)
+    cli_models,  # noqa: F401  (registers `grpo models`)
     cli_rollouts,  # noqa: F401  (registers `grpo jobs rollouts`)
     cli_usage,  # noqa: F401  (registers `grpo usage`, `grpo jobs estimate`)
     cli_webhooks,  # noqa: F401  (registers `grpo webhooks`)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,8 +33,21 @@ app.add_typer(datasets_app, name="datasets")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(checkpoints_app, name="checkpoints")
 
-out = Console(highlight=False, markup=False)
-err = Console(stderr=True, highlight=False)
+# Rich draws for 80 columns when the output is no terminal (a pipe, a file, CI's log) and cuts
+# table cells to fit; there nothing wraps, so each line is printed whole.
+NO_TERMINAL_WIDTH = 1000
+
+
+def console(*, stderr: bool = False, **options: Any) -> Console:
+    """A Console as wide as the terminal, or (no terminal, no COLUMNS) wide enough for
+    whole lines."""
+    stream = sys.stderr if stderr else sys.stdout
+    wide = not stream.isatty() and "COLUMNS" not in os.environ
+    return Console(stderr=stderr, width=NO_TERMINAL_WIDTH if wide else None, **options)
+
+
+out = console(highlight=False, markup=False)
+err = console(stderr=True, highlight=False)
 options: dict[str, Any] = {"url": None, "api_key": None, "json": False}
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]

@@ -14,6 +14,7 @@ from grpo_client.cli_base import (
     app,
     client,
     emit,
+    err,
     out,
     read_records,
     table,
@@ -90,7 +91,8 @@ def test(
     max_turns: Annotated[int | None, typer.Option(min=1, max=64, help="Per episode.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Replay a JSONL file of `{record, turns}` samples (turns: the assistant's, in order)."""
+    """Replay a JSONL file of `{record, turns}` samples (turns: the assistant's, in order).
+    Exits 1 when every episode ended on an error: the records or turns do not fit the source."""
     records = read_records(samples)
     for number, sample in enumerate(records, 1):
         if not isinstance(sample.get("record"), dict) or not isinstance(sample.get("turns"), list):
@@ -106,3 +108,12 @@ def test(
         out.print(f"{len(rows)} episodes in {r.elapsed_ms:.0f} ms")
 
     emit(result, as_json, render)
+    failed = [ep for ep in result.results if ep.errors]
+    if failed and len(failed) == len(result.results):
+        # nothing was scored: records of another shape than the source reads, most often
+        err.print(
+            f"every episode ended on an error (the first: {failed[0].errors[0]}); check the "
+            "records' fields against what the environment's reset and step read",
+            markup=False,
+        )
+        raise typer.Exit(1)

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -21,6 +20,7 @@ from grpo_client.cli_base import (
     JsonOpt,
     checkpoints_app,
     client,
+    console,
     emit,
     err,
     jobs_app,
@@ -63,7 +63,9 @@ def jobs_create(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Submit a job from a YAML or JSON spec, for example:
+    """Submit a job from a YAML or JSON spec (every field and its default: docs/api.md#job-spec).
+
+    For example:
 
     \b
         name: digits-run-1
@@ -73,17 +75,15 @@ def jobs_create(
         grpo: {steps: 30, prompts_per_step: 2, group_size: 8, learning_rate: 0.002}
         generation: {max_new_tokens: 16}
         checkpoint_every: 10
-        lora: null                    # or {r: 16, alpha: 32}
-
-    Every field and its default: docs/api.md#job-spec."""
+        lora: null                    # or {r: 16, alpha: 32}"""
     spec = load_spec(file)
     with client() as grpo:
         if preflight:  # its report on stderr: stdout stays the job (--json)
-            preflight_or_stop(grpo, spec, force, Console(stderr=True, highlight=False))
+            preflight_or_stop(grpo, spec, force, console(stderr=True, highlight=False))
         job = grpo.jobs.create(spec)
         emit(job, as_json, lambda j: out.print(f"submitted {_job_line(j)}"))
         if follow:
-            job = watch(grpo, job.id, Console(stderr=True), as_json=as_json, interval=1.0)
+            job = watch(grpo, job.id, console(stderr=True), as_json=as_json, interval=1.0)
             if not as_json:
                 out.print(_job_line(job))
             _finish(job)
@@ -146,7 +146,7 @@ def jobs_watch(
     Exits 1 unless the job succeeds. With --json: a line `{"metrics": row}` or `{"event": event}`
     per update, then the final job."""
     with client() as grpo:
-        job = watch(grpo, job_id, Console(stderr=False), as_json=as_json, interval=interval)
+        job = watch(grpo, job_id, console(), as_json=as_json, interval=interval)
     if as_json:
         emit(job, True)
     else:

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from grpo_client.catalog import Models
 from grpo_client.checkpoints import Checkpoints
 from grpo_client.config import resolve
 from grpo_client.environments import Environments
@@ -57,6 +58,7 @@ class Client:
         self.datasets = Datasets(self.transport)
         self.jobs = Jobs(self.transport)
         self.checkpoints = Checkpoints(self.transport)
+        self.models = Models(self.transport)
         self.webhooks = Webhooks(self.transport)
         self.usage = Usage(self.transport)
 

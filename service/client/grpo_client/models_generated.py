@@ -405,6 +405,57 @@ class LoraParams(BaseModel):
     """
 
 
+class ModelOut(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str = Field(..., title="Id")
+    """
+    What `base_model` takes: a catalog name or a checkpoint id.
+    """
+    object: Literal["model"] = Field("model", title="Object")
+    created: int = Field(..., title="Created")
+    """
+    Unix time.
+    """
+    owned_by: str = Field(..., title="Owned By")
+    """
+    `system` for the catalog, your tenant id for your own.
+    """
+    kind: Literal["base", "checkpoint", "fine_tuned"] = Field(..., title="Kind")
+    root: str = Field(..., title="Root")
+    """
+    The catalog model under the weights.
+    """
+    parent: str | None = Field(None, title="Parent")
+    """
+    A checkpoint's parent: its job's base_model.
+    """
+    architecture: str = Field(..., title="Architecture")
+    num_parameters: int = Field(..., title="Num Parameters")
+    context_length: int = Field(..., title="Context Length")
+    chat_template: bool = Field(..., title="Chat Template")
+    """
+    Chat-message prompts can be rendered.
+    """
+    dtype: str | None = Field(None, title="Dtype")
+    revision: str | None = Field(None, title="Revision")
+    """
+    Hub commit, or sha256 of the files.
+    """
+    size_bytes: int = Field(..., title="Size Bytes")
+    job: str | None = Field(None, title="Job")
+    """
+    The job that wrote the checkpoint.
+    """
+    step: int | None = Field(None, title="Step")
+    format: Literal["full", "peft-adapter"] | None = Field(None, title="Format")
+    final: bool | None = Field(None, title="Final")
+    """
+    The checkpoint of the job's last step.
+    """
+
+
 class PreflightSample(BaseModel):
     model_config = ConfigDict(
         extra="allow",

@@ -46,6 +46,20 @@ async function streamInto(pane, model, prompt, maxTokens, temperature) {
   }
 }
 
+/* A prompt from the job's own data: its first stored rollout's (a chat record's last user
+   message, else the prompt text); null when it has none stored. */
+async function jobPrompt(base) {
+  try {
+    const [row] = (await getJson(`${base}/rollouts?limit=1`)).data;
+    if (!row) return null;
+    const users = (row.messages || []).filter((m) => m.role === "user");
+    const last = users.length ? users[users.length - 1].content : null;
+    return typeof last === "string" ? last : row.prompt;
+  } catch (err) {
+    return null;  // no rollouts endpoint or none readable: the page's example prompt stays
+  }
+}
+
 async function playgroundPage(jobId) {
   const base = `/v1/jobs/${encodeURIComponent(jobId)}`;
   const [job, checkpoints] = await Promise.all([getJson(base), getJson(`${base}/checkpoints`)]);
@@ -65,6 +79,10 @@ async function playgroundPage(jobId) {
     $("playground-run").disabled = true;
     return;
   }
+  const promptBox = $("playground-prompt");
+  const example = promptBox.value;
+  const prompt = await jobPrompt(base);
+  if (prompt && promptBox.value === example) promptBox.value = prompt;  // unless already edited
   $("playground-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     const prompt = $("playground-prompt").value;

@@ -6,9 +6,15 @@
 
 const SAMPLES_CAP = 5000;  // rows of one step read into the page; the count says when cut
 
+/* The prompt a group shares. A chat-shaped record's `messages` is its prompt; an episode's is
+   its whole transcript (its `completion` the last assistant turn), whose prompt is what came
+   before the model's first turn: the rest differs from one episode of the group to another. */
 function messagesText(row) {
   if (!Array.isArray(row.messages)) return row.prompt;
-  return row.messages.map((m) => `${m.role}: ${typeof m.content === "string"
+  const episode = row.messages.some((m) => m.role === "assistant" && m.content === row.completion);
+  const first = episode ? row.messages.findIndex((m) => m.role === "assistant") : -1;
+  const prompt = first >= 0 ? row.messages.slice(0, first) : row.messages;
+  return prompt.map((m) => `${m.role}: ${typeof m.content === "string"
     ? m.content : JSON.stringify(m.content)}`).join("\n");
 }
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import secrets
 from datetime import timedelta
 
+import anyio
 import httpx
 import pytest
 from sqlalchemy import select, update
@@ -94,6 +95,11 @@ def test_claims_never_overlap_and_retries_stop(sessions: sessionmaker[Session]) 
 @pytest.mark.parametrize("url", ["https://localhost/h", "https://[::ffff:169.254.169.254]/h"])
 def test_a_private_target_is_refused_at_send_time(url: str) -> None:
     attempt = dispatcher.Attempt("msg_x", 1, utcnow(), "{}", url, "ten_x", "wh_x", b"")
-    with httpx.Client(transport=httpx.MockTransport(lambda _: pytest.fail("sent"))) as http:
-        outcome = dispatcher.send(http, Settings(), attempt)
-    assert outcome.status_code is None and "non-public" in (outcome.error or "")
+
+    async def send() -> dispatcher.Outcome:
+        transport = httpx.MockTransport(lambda _: pytest.fail("sent"))
+        async with httpx.AsyncClient(transport=transport) as http:
+            return await dispatcher.send(http, Settings(), attempt)
+
+    outcome = anyio.run(send)
+    assert outcome.status_code is None and "not a public address" in (outcome.error or "")

@@ -138,7 +138,12 @@ def test_a_bad_environment_ends_episodes_not_the_job(small_chat_model: Path, tmp
     hooks = _run(spec, records, BAD, tmp_path)
     rows = {kinds[r["record"]]: r for r in hooks.rows if r["step"] == 1}
     assert "the step failed" in rows["boom"]["errors"]["environment"]
-    assert not rows["boom"]["truncated"]
+    # one turn each: truncated exactly when it ran to max_new_tokens, as a single completion
+    for one_turn in ("boom", "ok"):
+        assert rows[one_turn]["truncated"] == (rows[one_turn]["length"] == 6), rows[one_turn]
+        assert rows[one_turn]["finish_reason"] == (
+            "length" if rows[one_turn]["truncated"] else "stop"
+        )
     assert rows["loop"]["truncated"] and rows["loop"]["errors"] == {}
     assert [m["role"] for m in rows["loop"]["messages"]].count("assistant") == 3
     assert rows["loop"]["reward"] == pytest.approx(1.5)
@@ -148,8 +153,12 @@ def test_a_bad_environment_ends_episodes_not_the_job(small_chat_model: Path, tmp
     assert rows["ok"]["reward"] == 1.0 and rows["ok"]["errors"] == {}
     assert "no first turn" in rows["noreset"]["errors"]["environment"]
     assert rows["noreset"]["messages"] == [] and rows["noreset"]["length"] == 0
+    assert not rows["noreset"]["truncated"]  # no turn sampled: nothing was cut
     m = hooks.metrics[1]
-    assert m["errors/environment"] == 8 and m["truncated_frac"] == pytest.approx(6 / 12)
+    step_one = [r for r in hooks.rows if r["step"] == 1 and r["split"] == "train"]
+    cut = sum(r["truncated"] for r in step_one)
+    assert len(step_one) == 12 and cut >= 6  # loop, flood and long, with both episodes each
+    assert m["errors/environment"] == 8 and m["truncated_frac"] == pytest.approx(cut / 12)
     events = [e for e in hooks.events if e[0] == "environment_errors"]
     assert len(events) == 2 and events[0][2]["count"] == 8
 

@@ -20,6 +20,7 @@ from workers.grpo.episodes import ModelPolicy
 from workers.grpo.fast import FastBackend
 from workers.grpo.fast.logprobs import completion_logits
 from workers.grpo.loss import loss_denominator
+from workers.grpo.rollout_rows import rollout_rows
 from workers.grpo.sampling import PlainSampler
 from workers.grpo.tiny_model import CHAT_TEMPLATE
 from workers.grpo.update import accumulate_gradients
@@ -68,12 +69,13 @@ class Spy:
     """The real sampler, keeping each call's prompts and sampled ids."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner, self.calls = inner, []
+        self.inner, self.calls, self.cut = inner, [], []
 
     def generate(self, prompts, group_size, params, keep_logprobs=False, first_row=0):
         out = self.inner.generate(prompts, group_size, params, keep_logprobs, first_row)
         sampled = [out.completion_ids[i, : out.lengths[i]].tolist() for i in range(len(prompts))]
         self.calls.append(([list(p) for p in prompts], sampled))
+        self.cut.append(out.truncated.tolist())  # which turns hit max_new_tokens
         return out
 
 
@@ -209,3 +211,24 @@ def test_episode_generation_masks_and_metrics(chat_model) -> None:
     turn1 = [r[0] for r in played.turn_rewards]
     assert m["reward_turn/1"] == pytest.approx(sum(turn1) / 4)
     assert [len(t) for t in played.transcripts] == [4] * 4 and not events
+
+
+def test_an_episode_whose_last_turn_hits_max_new_tokens_reports_truncation(chat_model) -> None:
+    """As a single completion would: its row says `length` and `truncated`, and the step's
+    `truncated_frac` (the mean of `Generation.truncated`, trainer.py) counts it."""
+    model, tok = chat_model
+    spy = Spy(PlainSampler(model, tok, torch.Generator().manual_seed(3)))
+    short = GenerationParams(max_new_tokens=3)  # a random model rarely ends a turn this soon
+    out, scored, played = EpisodeRollout(TwoTurns(), tok, 4, None).play(
+        RECORDS, spy, [], 2, short, False, lambda *e: None
+    )
+    assert len(spy.cut) == 2  # every episode's last turn is its second, all in the last call
+    last_turn_cut = spy.cut[-1]
+    assert any(last_turn_cut) and [len(t) for t in played.transcripts] == [4] * 4
+    assert out.truncated.tolist() == last_turn_cut
+    rows = rollout_rows(
+        1, "train", tok, RECORDS, [0, 1], out, scored.rewards, scored.scores, scored.errors,
+        None, played.transcripts, played.turn_rewards,
+    )  # fmt: skip
+    assert [r["truncated"] for r in rows] == last_turn_cut
+    assert [r["finish_reason"] for r in rows] == ["length" if c else "stop" for c in last_turn_cut]
