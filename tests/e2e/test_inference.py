@@ -4,6 +4,7 @@ max_tokens, log-probs, streaming, and the adapters of a trained LoRA job served 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import time
@@ -25,7 +26,19 @@ def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Itera
     work = tmp_path_factory.mktemp("inference")
     with run_service({"GRPO_INFERENCE_TOKEN": TOKEN}, work, embedded=True,
                      model=tiny_model_dir, serve=True) as running:  # fmt: skip
+        _wait_for_serve(running)
         yield running
+
+
+def _wait_for_serve(svc: RunningService, timeout_s: float = 120) -> None:
+    """`up` answers as soon as its API is ready; serve, which loads torch, may come later."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ValueError, httpx.TransportError):
+            if httpx.get(f"{serve_url(svc)}/healthz", timeout=2).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"serve not ready within {timeout_s} s")
 
 
 @pytest.fixture(scope="module")
