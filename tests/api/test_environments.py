@@ -298,4 +298,4 @@ def test_a_job_names_an_environment_and_pins_its_version(api: RunningService) ->
     for no_reward in (body, {**body, "verifiers": []}):
         r = owner.post("/v1/jobs", json=no_reward)
         assert error_paths(problem(r, 422) and r) == ["$.verifiers"]
-        assert "unless the job names an `environment`" in r.json()["errors"][0]["message"]
+        assert "or name an `environment`" in r.json()["errors"][0]["message"]

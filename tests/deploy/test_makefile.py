@@ -11,7 +11,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_make_demo_announces_the_install_and_the_run() -> None:
     # -n: print the recipe without running it; -B: as on a fresh clone (nothing up to date)
     plan = subprocess.run(
-        ["make", "-n", "-B", "demo"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["make", "--no-print-directory", "-n", "-B", "demo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.splitlines()
     first_install = next(i for i, line in enumerate(plan) if "pip install" in line)
     demo = next(i for i, line in enumerate(plan) if "-m service.demo" in line)
