@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import tempfile
 import time
@@ -60,6 +61,9 @@ def time_engine(name: str, model, tokenizer, rows: int, new_tokens: int, reps: i
     from workers.grpo.backend import select_backend
     from workers.grpo.config import GenerationParams, GRPOParams
 
+    # paged-graphs: the paged engine with transformers' CUDA graphs (GRPO_PAGED_CUDA_GRAPHS=1)
+    os.environ["GRPO_PAGED_CUDA_GRAPHS"] = "1" if name == "paged-graphs" else "0"
+    name = name.removesuffix("-graphs")
     backend = select_backend(model, GRPOParams(engine=name, group_size=8))
     if backend.name != name:
         raise RuntimeError(f"{name} does not run this model here (got {backend.name})")

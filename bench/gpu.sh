@@ -14,8 +14,8 @@
 #   SIZES=qwen2-3m DEVICE=cpu STEPS=2 BATCH=16 NEW=8 STEP_PROMPTS=2 STEP_TOKENS=8 \
 #     T_DECODE=300 T_STEPS=600 bash bench/gpu.sh         # a dry run of this script on a CPU
 #
-# No network on the GPU machine: packages it lacks come as wheels in $WHEELS (default .whl/),
-# installed with `pip install --no-index --find-links`. Nothing is fetched from the internet.
+# No network on the GPU machine: packages it lacks come as wheels in $WHEELS (default .whl/,
+# made by bench/gpu_wheels.sh), installed beside the image's. Nothing is fetched.
 # Figures go to stdout and, when $OUT is set, to $OUT/decode_<size>.json, $OUT/steps_<size>.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,14 +29,21 @@ STEPS=${STEPS:-4}               # GRPO steps per run (the first includes warm-up
 STEP_PROMPTS=${STEP_PROMPTS:-8} # prompts per step (x 8 completions)
 STEP_TOKENS=${STEP_TOKENS:-64}  # max_new_tokens of a step
 ENGINE=${ENGINE:-auto}
-T_DECODE=${T_DECODE:-80}        # seconds for part 1, per size
-T_STEPS=${T_STEPS:-140}         # seconds for part 2, per size
-export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+T_DECODE=${T_DECODE:-100}       # seconds for part 1, per size
+T_STEPS=${T_STEPS:-130}         # seconds for part 2, per size
+# USE_HUB_KERNELS=0: transformers >= 5.2x loads Hub kernels by default, which needs the network
+export HF_HUB_OFFLINE=1 USE_HUB_KERNELS=0 TOKENIZERS_PARALLELISM=false
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+SITE=${SITE:-/tmp/gpu-site}    # where the carried wheels are installed
+# decode engines of part 1; paged-graphs: paged with transformers' CUDA graphs
+ENGINES=${ENGINES:-reference,fast,paged}
 
 if [ -d "$WHEELS" ]; then
-  echo "== installing from $WHEELS (no index): pydantic, trl, datasets"
-  $PY -m pip install -q --no-index --find-links "$WHEELS" pydantic trl datasets 2>&1 | tail -5 \
-    || echo "!! pip could not install everything from $WHEELS (see above)"
+  # beside the image's packages, not over them: every wheel as made by bench/gpu_wheels.sh
+  echo "== installing $(ls "$WHEELS"/*.whl | wc -l) wheels from $WHEELS into $SITE (no index)"
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$SITE" "$WHEELS"/*.whl 2>&1 | tail -5
+  export PYTHONPATH=$PYTHONPATH:$SITE
 fi
 
 echo "== environment"
@@ -81,7 +88,7 @@ for size in $SIZES; do
   json=(); [ -n "${OUT:-}" ] && json=(--json "$OUT/decode_$size.json")
   echo "== 1. decode: $size on $DEVICE"
   timeout "$T_DECODE" $PY bench/decode_engines.py --size "$size" --device "$DEVICE" \
-    --batch "$BATCH" --new-tokens "$NEW" "${json[@]}"
+    --batch "$BATCH" --new-tokens "$NEW" --engines "$ENGINES" "${json[@]}"
   code=$?; [ $code -eq 124 ] && echo "!! decode of $size timed out after $T_DECODE s"
   [ $code -ne 0 ] && rc=$code
 

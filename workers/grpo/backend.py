@@ -6,9 +6,10 @@ policy's differentiable forward for the loss. The reference backend is the plain
 (`sampling.PlainSampler`, `logprobs.completion_logprobs`: the model's own forward); the fast
 one (`workers.grpo.fast`) computes the same numbers with less work; the paged one samples
 through transformers' continuous batching (`workers.grpo.paged`) and scores as the reference.
-The engine is the job's `grpo.engine`, else `GRPO_ENGINE`, else `auto`: paged on a CUDA device
-where it serves the model, fast elsewhere where it supports the model (as nanoGPT picks flash
-attention with `if self.flash`), the reference path otherwise.
+The engine is the job's `grpo.engine`, else `GRPO_ENGINE`, else `auto`: fast where it supports
+the model (as nanoGPT picks flash attention with `if self.flash`), the reference path otherwise.
+Paged is chosen by name only: on an H200 without flash attention it decoded slower than fast
+(docs/engine.md, bench/README.md).
 """
 
 from __future__ import annotations
@@ -131,8 +132,8 @@ def select_backend(
     model: Any, grpo: GRPOParams | None = None, own_forward: bool = False
 ) -> Backend:
     """The backend of a run training `model` with `grpo` (`engine`). `paged` on a model it
-    cannot serve is an error; `auto` takes it on a CUDA device where it serves the model, else
-    fast where it supports the model, unless the run needs the model's `own_forward`
+    cannot serve is an error; `auto` takes fast where it supports the model, unless the run
+    needs the model's `own_forward`
     (gradient checkpointing). The fast one keeps the decode's matmul outputs for the training
     forward only when that forward runs as one batch (`micro_batch_size` bounds memory)."""
     name = engine(grpo)
@@ -141,16 +142,9 @@ def select_backend(
         if reason is not None:
             raise ValueError(f"grpo.engine / GRPO_ENGINE paged: {reason}")
         return PagedBackend()
-    if name == "auto" and _on_cuda(model) and serving_refusal(model) is None:
-        return PagedBackend()
     if name == "reference" or own_forward or not fast.supports(model):
         return ReferenceBackend()
     batch = None if grpo is None else grpo.prompts_per_step * grpo.group_size
     record = grpo is not None and (grpo.micro_batch_size is None or grpo.micro_batch_size >= batch)
     record = record and grpo is not None and grpo.micro_batch_tokens is None  # packs: own forward
     return fast.FastBackend(record=record)
-
-
-def _on_cuda(model: Any) -> bool:
-    device = getattr(model, "device", None)
-    return isinstance(device, torch.device) and device.type == "cuda"

@@ -94,7 +94,7 @@ class GRPOParams(_Strict):
         None,
         description="How rollouts are decoded: fast (the lean CPU path), reference (the model's"
         " own forward), paged (transformers' continuous batching; llama, mistral, qwen2, qwen3),"
-        " auto (paged on CUDA, fast elsewhere); null = the worker's GRPO_ENGINE (default auto).",
+        " auto (fast where it supports the model); null = the worker's GRPO_ENGINE (default auto).",
     )
 
     @field_validator("micro_batch_size")

@@ -35,6 +35,7 @@ than full attention).
 from __future__ import annotations
 
 import math
+import os
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,11 @@ def serving_refusal(model: Any) -> str | None:
     config = getattr(base, "config", None)
     if config is None or not hasattr(base, "init_continuous_batching"):
         return "not a transformers causal LM with continuous batching"
+    if not _manager_pauses():
+        import transformers
+
+        version = transformers.__version__
+        return f"transformers {version} cannot pause its batching: paged needs 5.25 or later"
     reason = paged_refusal(getattr(config, "model_type", "?"))
     if reason is not None:
         return reason
@@ -75,6 +81,14 @@ def serving_refusal(model: Any) -> str | None:
     if attention not in _ATTENTION and not attention.startswith("flash_attention"):
         return f"attention implementation {attention!r}: use sdpa, eager or flash attention"
     return None
+
+
+def _manager_pauses() -> bool:
+    """Whether this transformers' manager has `pause()`: requests added while paused start in
+    one batch, so a seed fixes the draws (older versions start them as the thread runs)."""
+    from transformers.generation.continuous_batching import ContinuousBatchingManager
+
+    return hasattr(ContinuousBatchingManager, "pause")
 
 
 @dataclass
@@ -179,6 +193,8 @@ def _new_decoder(
         # a forward takes every row's prompt at once, or all rows' next tokens
         max_batch_tokens=max(len(rows), min(8192, sum(len(r) for r in rows))),
         return_logprobs=True,
+        # CUDA graphs of transformers' own decode, opt-in until measured faster on a GPU
+        use_cuda_graph=True if os.environ.get("GRPO_PAGED_CUDA_GRAPHS") == "1" else None,
     )
     hints = WorkloadHints(max(len(r) for r in rows), params.max_new_tokens, len(rows))
     manager = ContinuousBatchingManager(_base_model(model), generation, batching, hints)

@@ -304,7 +304,7 @@ class GRPOParams(BaseModel):
     """
     engine: Literal["auto", "fast", "reference", "paged"] | None = Field(None, title="Engine")
     """
-    How rollouts are decoded: fast (the lean CPU path), reference (the model's own forward), paged (transformers' continuous batching; llama, mistral, qwen2, qwen3), auto (paged on CUDA, fast elsewhere); null = the worker's GRPO_ENGINE (default auto).
+    How rollouts are decoded: fast (the lean CPU path), reference (the model's own forward), paged (transformers' continuous batching; llama, mistral, qwen2, qwen3), auto (fast where it supports the model); null = the worker's GRPO_ENGINE (default auto).
     """
 
 
