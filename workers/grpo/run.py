@@ -39,7 +39,6 @@ from workers.grpo.rollout import Rollout, collect_rollout
 from workers.grpo.sampling import Sampler
 from workers.grpo.schedule import lr_multiplier
 from workers.grpo.scoring import Scorer
-from workers.grpo.sharded import load_optimizer, save_sharded
 from workers.grpo.text import pad_id
 from workers.grpo.update import batch_logprobs
 
@@ -158,6 +157,9 @@ def open_run(
     )  # fmt: skip
     if resume_from is not None:
         state = load_trainer_state(Path(resume_from))
+        # torch.distributed.checkpoint costs ~1.6 s to import: only a resume or N ranks need it
+        from workers.grpo.sharded import load_optimizer
+
         load_optimizer(Path(resume_from), state, policy.model, optimizer)
         scheduler.load_state_dict(state["scheduler"])
         stream.load_state_dict(state["data"])
@@ -195,7 +197,12 @@ def _save(run: Run, directory: Path) -> Path:
     # The final checkpoint is the model alone: no run resumes from it, and the optimizer
     # state (AdamW's two moments per trained weight) would be most of the archive.
     state = None if run.step == run.spec.grpo.steps else _trainer_state(run)
-    save = save_checkpoint if run.world.size == 1 else save_sharded(run.optimizer)
+    if run.world.size == 1:
+        save = save_checkpoint
+    else:
+        from workers.grpo.sharded import save_sharded
+
+        save = save_sharded(run.optimizer)
     return save(
         directory, run.policy.model, run.policy.tokenizer, run.spec, state, run.policy.save_dtype
     )
