@@ -28,6 +28,7 @@ from service.inference.router import router as inference_router
 from service.jobs.control import router as job_control_router
 from service.jobs.router import router as jobs_router
 from service.preflight.router import router as preflight_router
+from service.rollouts.dataset_router import router as rollouts_datasets_router
 from service.rollouts.router import router as rollouts_router
 from service.secrets.router import router as secrets_router
 from service.settings import Settings, get_settings
@@ -85,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         graders_router,
         environments_router,
         inference_router,
+        rollouts_datasets_router,  # POST /v1/datasets/from-rollouts
         datasets_router,
         files_router,  # before fine_tuning_router (tests/api/test_tenancy.py walks them so)
         fine_tuning_router,

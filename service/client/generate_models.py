@@ -36,6 +36,7 @@ OUTPUT = Path(__file__).parent / "grpo_client" / "models_generated.py"
 MODELS = {
     "CheckpointOut": "service__jobs__schemas__CheckpointOut",
     "DatasetOut": "DatasetOut",
+    "DatasetRecordOut": "DatasetRecordOut",
     "DeliveryOut": "DeliveryOut",
     "EnvironmentOut": "EnvironmentOut",
     "EnvironmentTestResult": "EnvironmentTestResult",

@@ -9,7 +9,7 @@ from service.core.pagination import Page, PageDep, paginate
 from service.core.problems import FieldError, invalid
 from service.datasets import service
 from service.datasets.builder import BuiltDataset, from_json_body, from_jsonl
-from service.datasets.schemas import DatasetCreate, DatasetOut
+from service.datasets.schemas import DatasetCreate, DatasetOut, DatasetRecordOut
 from service.http.deps import SessionDep, SettingsDep, StorageDep, TenantDep
 from service.http.idempotency import Idempotent, IdempotentRoute, reads_its_body
 from service.http.openapi import problems
@@ -104,6 +104,41 @@ def list_datasets(session: SessionDep, tenant: TenantDep, page: PageDep) -> Page
 def get_dataset(dataset_id: str, session: SessionDep, tenant: TenantDep) -> DatasetOut:
     row = service.get_dataset(session, tenant, dataset_id)
     return DatasetOut.model_validate(row, from_attributes=True)
+
+
+@router.get("/{dataset_id}/records", response_model=Page[DatasetRecordOut], responses=problems(404))
+def list_records(
+    dataset_id: str, session: SessionDep, tenant: TenantDep, storage: StorageDep, page: PageDep
+) -> Page[DatasetRecordOut]:
+    """The dataset's records in file order (not newest first): `after` is the id (position) of
+    the last record of the previous page."""
+    row = service.get_dataset(session, tenant, dataset_id)
+    records, has_more = service.page_records(storage, row, page.limit, page.after)
+    data = [DatasetRecordOut(id=str(i), index=i, record=r) for i, r in records]
+    return Page[DatasetRecordOut](
+        data=data, has_more=has_more, next=data[-1].id if has_more else None
+    )
+
+
+@router.get(
+    "/{dataset_id}/download",
+    response_class=Response,
+    responses={
+        200: {"content": {"application/jsonl": {"schema": {"type": "string"}}},
+              "description": "The stored records, canonical JSONL."},
+        **problems(404),
+    },
+)  # fmt: skip
+def download_dataset(
+    dataset_id: str, session: SessionDep, tenant: TenantDep, storage: StorageDep
+) -> Response:
+    """The dataset's records as stored: one JSON object a line."""
+    row = service.get_dataset(session, tenant, dataset_id)
+    return Response(
+        storage.get_bytes(row.object_key),
+        media_type="application/jsonl",
+        headers={"Content-Disposition": f'attachment; filename="{row.id}.jsonl"'},
+    )
 
 
 @router.delete("/{dataset_id}", status_code=204, responses=problems(404, 409))

@@ -28,3 +28,11 @@ class DatasetOut(BaseModel):
     num_records: int
     sha256: str
     created_at: UtcDateTime
+
+
+class DatasetRecordOut(BaseModel):
+    """One stored record of a dataset, in file order."""
+
+    id: str = Field(description="The record's 0-based position, as a string; usable as `after`.")
+    index: int = Field(description="The record's 0-based position in the dataset.")
+    record: dict[str, Any]

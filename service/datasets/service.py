@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import json
+from typing import Any
 
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from service.core.ids import new_id
-from service.core.problems import conflict, not_found
+from service.core.problems import FieldError, conflict, invalid, not_found
 from service.core.quotas import check_dataset_quota
 from service.datasets.builder import BuiltDataset
 from service.models import UNFINISHED_STATUSES, Dataset, Job
@@ -113,3 +115,21 @@ def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> None:
     # Soft delete: finished jobs keep pointing at the row; the records stay for their audit.
     row.deleted_at = utcnow()
     session.flush()
+
+
+def page_records(
+    storage: ObjectStorage, row: Dataset, limit: int, after: str | None
+) -> tuple[list[tuple[int, dict[str, Any]]], bool]:
+    """Records after position `after` (None: from the first), in file order: (index, record)
+    pairs and whether more follow. Positions are 0-based; the stored file is canonical JSONL,
+    one record a line."""
+    start = 0
+    if after is not None:
+        if not after.isdigit() or len(after) > 10:
+            message = "must be a record id: its 0-based position, e.g. 19"
+            raise invalid([FieldError(path="query.after", message=message)])
+        start = int(after) + 1
+    lines = storage.get_bytes(row.object_key).splitlines()
+    chosen = lines[start : start + limit]
+    records = [(start + i, json.loads(line)) for i, line in enumerate(chosen)]
+    return records, start + limit < len(lines)

@@ -1,6 +1,8 @@
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_INT = 2**31 - 1  # the database's integer, as service.core.pagination (which loads FastAPI)
 
 Split = Literal["train", "eval"]
 
@@ -35,3 +37,30 @@ class RolloutFilters(BaseModel):
     min_reward: float | None = None
     max_reward: float | None = None
     verifier_error: bool | None = None
+
+
+class FromRollouts(BaseModel):
+    """A dataset made from a job's stored rollouts (`POST /v1/datasets/from-rollouts`)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"job_id": "job_…", "format": "dpo", "min_reward": 0.5}]},
+    )
+
+    job_id: str = Field(min_length=1, max_length=64, description="A job of yours.")
+    format: Literal["sft", "dpo"] = Field(
+        description="sft: `{prompt, completion, reward}` per completion; dpo: `{prompt, chosen, "
+        "rejected}`, the best and worst completion of each group whose rewards differ."
+    )
+    split: Split = Field("train", description="Training rollouts, or those of eval runs.")
+    steps: list[Annotated[int, Field(ge=1, le=MAX_INT)]] | None = Field(
+        None, min_length=1, max_length=10_000, description="Only these steps; null: all."
+    )
+    min_reward: float | None = Field(
+        None, allow_inf_nan=False,
+        description="sft: only completions rewarded at least this; dpo: only groups whose best "
+        "completion is.",
+    )  # fmt: skip
+    name: str | None = Field(
+        None, min_length=1, max_length=200, description="Default: `{job_id}-{format}`."
+    )

@@ -119,3 +119,15 @@ def download_keys(session: Session, job: Job, split: str | None) -> list[str]:
 
 def download_stream(storage: ObjectStorage, keys: list[str]) -> Iterator[bytes]:
     return stream_concatenated(keys, storage.get_bytes)
+
+
+def iter_step_rows(
+    session: Session, storage: ObjectStorage, job: Job, split: str, steps: list[int] | None
+) -> Iterator[dict[str, Any]]:
+    """Every stored row of `split` (of `steps` only, when given), in reading order, one step
+    file in memory at a time. The file list is read first, so the session is free after."""
+    wanted = None if steps is None else set(steps)
+    files = [(step, key) for step, _, key in _files(session, job, split, None, 0)]
+    for step, key in files:
+        if wanted is None or step in wanted:
+            yield from decode_rows(read_table(storage.get_bytes(key)))

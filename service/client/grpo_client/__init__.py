@@ -6,6 +6,7 @@ from grpo_client.jobs import WaitTimeout
 from grpo_client.models import (
     CheckpointOut,
     DatasetOut,
+    DatasetRecordOut,
     EventOut,
     JobCreate,
     JobOut,
@@ -19,6 +20,7 @@ __all__ = [
     "ApiError",
     "CheckpointOut",
     "DatasetOut",
+    "DatasetRecordOut",
     "EventOut",
     "JobCreate",
     "JobOut",

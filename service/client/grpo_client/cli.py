@@ -185,6 +185,44 @@ def datasets_list(
     emit(page, as_json, lambda _: out.print(table(["id", "name", "records", "created"], rows)))
 
 
+@datasets_app.command("from-rollouts")
+def datasets_from_rollouts(
+    job_id: str,
+    format: Annotated[str, typer.Option("--format", help="sft or dpo.")],
+    split: Annotated[str | None, typer.Option(help="train (default) or eval.")] = None,
+    step: Annotated[list[int] | None, typer.Option(help="Only this step; repeatable.")] = None,
+    min_reward: Annotated[float | None, typer.Option(help="Least reward kept.")] = None,
+    name: Annotated[str | None, typer.Option(help="Default: JOB-FORMAT.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Make a dataset of a job's stored rollouts (sft: each completion; dpo: best vs worst)."""
+    with client() as grpo:
+        ds = grpo.datasets.from_rollouts(
+            job_id, format, split=split, steps=step, min_reward=min_reward, name=name
+        )
+    emit(ds, as_json, lambda d: out.print(f"{d.id}  {d.name}: {d.num_records} records"))
+
+
+@datasets_app.command("records")
+def datasets_records(
+    dataset_id: str,
+    limit: Annotated[int, typer.Option(min=1, max=100)] = 20,
+    after: Annotated[str | None, typer.Option(help="The id of the last record shown.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show one page of a dataset's records, in file order (one JSON object a line)."""
+    with client() as grpo:
+        page = grpo.datasets.records(dataset_id, limit=limit, after=after)
+
+    def render(_: Any) -> None:
+        for r in page.data:
+            print(f"{r.id}\t{json.dumps(r.record, ensure_ascii=False)}")
+        if page.has_more:
+            print(f"# more: --after {page.next}", file=sys.stderr)
+
+    emit(page, as_json, render)
+
+
 def main() -> None:
     try:
         app()

@@ -11,6 +11,7 @@ from pydantic import BaseModel, PrivateAttr
 from grpo_client.models_generated import (
     CheckpointOut,
     DatasetOut,
+    DatasetRecordOut,
     EventOut,
     JobCreate,
     JobOut,
@@ -53,6 +54,7 @@ __all__ = [
     "SETTLED_STATUSES",
     "CheckpointOut",
     "DatasetOut",
+    "DatasetRecordOut",
     "EventOut",
     "JobCreate",
     "JobOut",

@@ -44,6 +44,25 @@ class DatasetOut(BaseModel):
     created_at: datetime = Field(..., title="Created At")
 
 
+class DatasetRecordOut(BaseModel):
+    """
+    One stored record of a dataset, in file order.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str = Field(..., title="Id")
+    """
+    The record's 0-based position, as a string; usable as `after`.
+    """
+    index: int = Field(..., title="Index")
+    """
+    The record's 0-based position in the dataset.
+    """
+    record: dict[str, Any] = Field(..., title="Record")
+
+
 class DeliveryOut(BaseModel):
     """
     One message of the delivery log: its `id` is the `webhook-id` header of every attempt.

@@ -7,7 +7,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from grpo_client.models import DatasetOut, Page, VerifierOut, VerifierTestResult
+from grpo_client.models import (
+    DatasetOut,
+    DatasetRecordOut,
+    Page,
+    VerifierOut,
+    VerifierTestResult,
+)
 from grpo_client.transport import Transport
 
 
@@ -100,6 +106,43 @@ class Datasets:
 
     def delete(self, dataset_id: str) -> None:
         self._t.request("DELETE", f"/v1/datasets/{dataset_id}")
+
+    def download(self, dataset_id: str, path: str | Path) -> Path:
+        """The dataset's records as stored (JSONL) written to `path`; returns it."""
+        response = self._t.request("GET", f"/v1/datasets/{dataset_id}/download")
+        path = Path(path)
+        path.write_bytes(response.content)
+        return path
+
+    def from_rollouts(
+        self,
+        job_id: str,
+        format: str,
+        *,
+        split: str | None = None,
+        steps: Iterable[int] | None = None,
+        min_reward: float | None = None,
+        name: str | None = None,
+    ) -> DatasetOut:
+        """A dataset of a job's stored rollouts: format `sft` ({prompt, completion, reward} per
+        completion) or `dpo` ({prompt, chosen, rejected}: best and worst of each group whose
+        rewards differ)."""
+        body = {"job_id": job_id, "format": format, **_params(
+            split=split, steps=None if steps is None else list(steps), min_reward=min_reward,
+            name=name,
+        )}  # fmt: skip
+        return DatasetOut.model_validate(
+            self._t.json("POST", "/v1/datasets/from-rollouts", json=body, creates=True)
+        )
+
+    def records(
+        self, dataset_id: str, *, limit: int = 100, after: str | None = None
+    ) -> Page[DatasetRecordOut]:
+        """The dataset's records in file order, one page; iterating it walks every later page."""
+        params = _params(limit=limit, after=after)
+        data = self._t.json("GET", f"/v1/datasets/{dataset_id}/records", params=params)
+        page = Page[DatasetRecordOut].model_validate(data)
+        return page.with_fetcher(lambda nxt: self.records(dataset_id, limit=limit, after=nxt))
 
 
 def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
