@@ -17,9 +17,10 @@ from sqlalchemy.orm import Session
 
 from service.catalog.fine_tuned import PREFIX as FINE_TUNED_PREFIX
 from service.catalog.fine_tuned import find_fine_tuned
+from service.catalog.service import find_model, find_tenant_checkpoint
 from service.core.openai_ids import to_openai, to_ours
 from service.core.pagination import PageParams, paginate
-from service.core.problems import FieldError, ProblemError, invalid, not_found
+from service.core.problems import FieldError, ProblemError, invalid, model_not_found, not_found
 from service.core.pydantic_errors import field_errors
 from service.datasets.service import find_dataset
 from service.files.service import find_file
@@ -28,6 +29,7 @@ from service.fine_tuning.grader_fields import item_fields, missing_fields
 from service.fine_tuning.schemas import FineTuningJobCreate, ReinforcementMethod
 from service.graders.service import validate_grader
 from service.jobs import service as jobs
+from service.jobs.base_model import CHECKPOINT_PREFIX
 from service.jobs.schemas import JobCreate
 from service.models import Dataset, Job
 from service.registry.service import config_sha256
@@ -142,12 +144,22 @@ def _grader_verifier(
 
 
 def _base_model(session: Session, tenant_id: str, model: str) -> str:
-    """A fine-tuned model (`ft:…`) trains on from its final checkpoint."""
+    """A fine-tuned model (`ft:…`) trains on from its final checkpoint. A model the tenant has
+    none of is OpenAI's 400 `model_not_found` (param `model`: the SDK's BadRequestError), not
+    the 422 of POST /v1/jobs, whose `base_model` refusal it would otherwise become."""
+    base = model
     if model.startswith(FINE_TUNED_PREFIX):
         found = find_fine_tuned(session, tenant_id, model)
-        if found is not None:
-            return found[0].id
-    return model
+        base = found[0].id if found is not None else model
+    if base.startswith(CHECKPOINT_PREFIX):  # another tenant's reads exactly like a missing one
+        known = find_tenant_checkpoint(session, tenant_id, base) is not None
+    else:
+        known = find_model(session, base) is not None
+    if not known:
+        missing = model_not_found(model).problem
+        kind = "model-not-found"
+        raise ProblemError(400, "Bad Request", missing.detail, errors=missing.errors, kind=kind)
+    return base
 
 
 def create_job(
@@ -158,6 +170,7 @@ def create_job(
     body: FineTuningJobCreate,
 ) -> Job:
     method = _method(body)
+    base_model = _base_model(session, tenant_id, body.model)
     grader = _grader(session, settings, tenant_id, method.grader)
     training, validation = _files(session, tenant_id, body)
     reads = item_fields(grader, GRADER_PATH)
@@ -169,7 +182,7 @@ def create_job(
     seed = body.seed if body.seed is not None else secrets.randbelow(2**31)
     shown, grpo, cadence = hyperparameters.resolve(method.hyperparameters, training.num_records)
     spec: dict[str, Any] = {
-        "base_model": _base_model(session, tenant_id, body.model),
+        "base_model": base_model,
         "dataset": training.id,
         "verifiers": [{"name": _grader_verifier(session, tenant_id, grader, settings)}],
         "grpo": {**grpo, "seed": seed},

@@ -7,18 +7,44 @@ Two bounds, both checked before the backend is called:
   decodes to the end of the model's context, which the backend bounds (the API does not know
   the context: such a request is not checked here);
 - GRPO_INFERENCE_TENANT_CONCURRENCY requests of one tenant in flight in this process (a stream
-  until it ends); beyond it a 429 with Retry-After, so one tenant's burst queues at its own
-  door and never ahead of another tenant's request in the backend's batches.
+  until it ends), GRPO_INFERENCE_CONCURRENCY of all tenants; beyond them a request waits in its
+  tenant's queue (GRPO_INFERENCE_TENANT_QUEUE deep, GRPO_INFERENCE_QUEUE_WAIT_S long) and the
+  freed slots go round the tenants (service/inference/scheduler.py), so one tenant's burst
+  queues at its own door and never ahead of another tenant's request; beyond the queue, a 429
+  with Retry-After.
 """
 
 from __future__ import annotations
 
+import asyncio
+import weakref
+
 from service.core.problems import FieldError, invalid
-from service.http.limits import PerTenantSlots
+from service.inference.scheduler import FairScheduler, Limits
 from service.inference.schemas import ChatCompletionRequest, CompletionRequest
 from service.settings import Settings
 
-inference_slots = PerTenantSlots()
+# One scheduler per event loop (uvicorn runs one per process): its queues hold that loop's
+# futures.
+_schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FairScheduler] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def inference_slots(settings: Settings) -> FairScheduler:
+    """This event loop's scheduler, made with the settings of its first request."""
+    loop = asyncio.get_running_loop()
+    scheduler = _schedulers.get(loop)
+    if scheduler is None:
+        depth = settings.inference_tenant_queue
+        limits = Limits(
+            total=settings.inference_concurrency,
+            per_tenant=settings.inference_tenant_concurrency,
+            queue_depth=settings.inference_tenant_concurrency if depth is None else depth,
+            wait_s=settings.inference_queue_wait_s,
+        )
+        scheduler = _schedulers[loop] = FairScheduler(limits)
+    return scheduler
 
 
 def _cap_field(body: ChatCompletionRequest | CompletionRequest) -> tuple[str, int | None]:

@@ -81,12 +81,12 @@ async def _proxy(
     storage: ObjectStorage,
 ) -> Response:
     """The backend's answer, its `model` the name the caller used, within the request token
-    budget and one of the tenant's inference slots, held until the answer (or its stream) ends
-    (service/inference/fairness.py). A caller that goes away closes our request to the backend
-    (it stops decoding: docs/inference.md)."""
+    budget and one of the tenant's inference slots (waited for in the fair queue), held until
+    the answer (or its stream) ends (service/inference/fairness.py). A caller that goes away
+    closes our request to the backend (it stops decoding: docs/inference.md)."""
     fairness.check_token_budget(body, settings)
-    slots = fairness.inference_slots
-    slots.take(tenant, settings.inference_tenant_concurrency, "inference requests")
+    slots = fairness.inference_slots(settings)
+    await slots.acquire(tenant)  # at once, or at the tenant's turn in the fair queue
     try:
         response = await _proxy_held(request, path, body, session, tenant, settings, storage)
     except BaseException:

@@ -30,11 +30,30 @@ class InferenceSettings(BaseModel):
     inference_timeout_s: float = Field(
         300.0, gt=0, allow_inf_nan=False, description="Longest wait for one backend answer."
     )
+    inference_concurrency: int = Field(
+        16,
+        ge=1,
+        description="Inference requests of all tenants in flight at once in one API process; "
+        "more wait in their tenants' queues, each freed slot going to the next tenant in turn.",
+    )
     inference_tenant_concurrency: int = Field(
         4,
         ge=1,
         description="Inference requests of one tenant in flight at once in one API process (a "
-        "stream until it ends); one more is a 429 with Retry-After.",
+        "stream until it ends); more wait in the tenant's queue.",
+    )
+    inference_tenant_queue: int | None = Field(
+        None,
+        ge=0,
+        description="Inference requests of one tenant waiting for a slot in one API process; "
+        "one more is a 429 with Retry-After. Unset: GRPO_INFERENCE_TENANT_CONCURRENCY; 0: none.",
+    )
+    inference_queue_wait_s: float = Field(
+        5.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Longest wait of a queued inference request for a slot; then a 429 with "
+        "Retry-After.",
     )
     inference_max_tokens_per_request: int = Field(
         16384,

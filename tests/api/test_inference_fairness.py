@@ -1,8 +1,9 @@
 """Fairness between tenants on `/v1/completions` and `/v1/chat/completions`, through the official
 SDK against a backend over real HTTP that holds the requests it is told to: one tenant over its
-concurrency gets a 429 with Retry-After while another tenant's request is served at once, a
-stream holds its slot until it ends, and a request over the token budget is a 422 naming the
-field."""
+concurrency waits in its queue, beyond the queue gets a 429 with Retry-After, while another
+tenant's request is served at once; the queued request is served once a slot frees, a stream
+holds its slot until it ends, and a request over the token budget is a 422 naming the field.
+The order in which freed slots go round the tenants: tests/service/test_inference_scheduler.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from tests.e2e.services import TINY, RunningService, free_port
 
 HOLD = "hold me"  # a prompt the backend answers only once released
 CONCURRENCY = 2
+QUEUE = 1  # requests of one tenant waiting for a slot
 TOKEN_BUDGET = 1000
 
 
@@ -97,6 +99,8 @@ def fair_api(
     env = {
         "GRPO_INFERENCE_URL": backend.url,
         "GRPO_INFERENCE_TENANT_CONCURRENCY": str(CONCURRENCY),
+        "GRPO_INFERENCE_TENANT_QUEUE": str(QUEUE),
+        "GRPO_INFERENCE_QUEUE_WAIT_S": "30",  # longer than the test holds the slots
         "GRPO_INFERENCE_MAX_TOKENS_PER_REQUEST": str(TOKEN_BUDGET),
     }
     with run_api(env, tmp_path_factory.mktemp("fair-inference"), tiny_model_dir) as svc:
@@ -108,26 +112,36 @@ def sdk(svc: RunningService, tenant: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{svc.base_url}/v1", api_key=key, max_retries=0, timeout=30)
 
 
-def test_a_tenant_over_its_concurrency_waits_and_another_is_served(
+def test_a_tenant_over_its_concurrency_queues_and_another_is_served(
     fair_api: RunningService, backend: HoldingBackend
 ) -> None:
     greedy, other = sdk(fair_api, "greedy"), sdk(fair_api, "other")
-    with ThreadPoolExecutor(CONCURRENCY) as pool:
+    with ThreadPoolExecutor(CONCURRENCY + QUEUE + 1) as pool:
         plain = pool.submit(greedy.completions.create, model=TINY, prompt=HOLD, max_tokens=8)
         streamed = pool.submit(
             lambda: list(greedy.completions.create(model=TINY, prompt=HOLD, stream=True))
         )
         backend.wait_held(CONCURRENCY)
-        with pytest.raises(openai.RateLimitError) as refused:
-            greedy.completions.create(model=TINY, prompt="one more", max_tokens=8)
-        assert refused.value.response.headers["retry-after"] == "1"
-        assert "the limit is 2" in refused.value.response.json()["detail"]
+        # two more at once: whichever comes first waits in the queue, the other is refused
+        more = [
+            pool.submit(greedy.completions.create, model=TINY, prompt="one more", max_tokens=8)
+            for _ in range(QUEUE + 1)
+        ]
+        done, _ = wait(more, timeout=20, return_when=FIRST_COMPLETED)
+        (refused,) = done
+        (queued,) = [f for f in more if f is not refused]
+        with pytest.raises(openai.RateLimitError) as err:
+            refused.result()
+        assert err.value.response.headers["retry-after"] == "1"
+        assert "the limits are 2 running and 1 waiting" in err.value.response.json()["detail"]
         start = time.monotonic()
         answer = other.completions.create(model=TINY, prompt="quick", max_tokens=8)
         assert answer.choices[0].text == "ok" and time.monotonic() - start < 5
+        assert not queued.done()  # still waiting for one of its tenant's slots
         backend.release.set()
         assert plain.result().choices[0].text == "ok"
         assert streamed.result()[0].choices[0].text == "ok"
+        assert queued.result().choices[0].text == "ok"  # served once a slot freed
     # both slots came back, the stream's once it ended
     for _ in range(CONCURRENCY + 1):
         assert greedy.completions.create(model=TINY, prompt="again", max_tokens=8).choices

@@ -1,7 +1,8 @@
 """Errors as the official `openai` SDK reads OpenAI's (issue 34 item 5), against a real API: an
 unknown model is a `NotFoundError` with code `model_not_found` and param `model`; every error of
 `/v1/chat/completions` and `/v1/completions` carries OpenAI's `error` object (`exc.code`,
-`exc.param`); a refusal on an `ftjob-` route names the `ftjob-` id, never our `job_` one."""
+`exc.param`); a refusal on an `ftjob-` route names the `ftjob-` id, never our `job_` one; a
+fine-tuning job of an unknown model is OpenAI's 400 `model_not_found`."""
 
 from __future__ import annotations
 
@@ -27,6 +28,23 @@ def test_an_unknown_model_is_model_not_found_on_both_routes(api: RunningService)
         assert err.type == "invalid_request_error"
         assert "grpo models" in err.message  # the hint names a command that exists
     assert "'no-such-model'" in chat.value.message
+
+
+@pytest.mark.parametrize(
+    "model", ["no-such-model", "ckpt_0000000000000000000000", "ft:tiny-chat:x:0000"]
+)
+def test_fine_tuning_an_unknown_model_is_a_bad_request(api: RunningService, model: str) -> None:
+    # OpenAI answers 400 (not 404 as on the completion routes, not our 422) with code
+    # model_not_found: the SDK raises BadRequestError and reads code/param from `error`
+    with sdk_for(api) as sdk:
+        file_id = upload(sdk, rft_lines(2)).id
+        with pytest.raises(openai.BadRequestError) as err:
+            create(sdk, model, file_id)
+    assert (err.value.code, err.value.param, err.value.type) == (
+        "model_not_found", "model", "invalid_request_error")  # fmt: skip
+    assert f"'{model}'" in err.value.message and "grpo models" in err.value.message
+    problem = err.value.response.json()  # still a problem, its field list beside `error`
+    assert (problem["status"], [e["path"] for e in problem["errors"]]) == (400, ["$.model"])
 
 
 def test_a_bad_body_sets_code_and_param(api: RunningService) -> None:
