@@ -3,10 +3,10 @@
     python bench/decode_engines.py --size 1.5b --device cuda [--batch 64] [--new-tokens 128]
 
 Builds the random-init model of `vs_trl.SIZES[size]` in bf16 (on CUDA; fp32 on a CPU dry run),
-then for each engine (reference, fast, paged) samples `batch` rows (batch / 8 prompts x 8) of
-exactly `new-tokens` tokens (EOS masked out, so every row decodes to the end) through
-`backend.sampler(...).generate`, once to warm up and `--reps` times timed. Tokens/s =
-rows x new tokens / seconds (prefill included: prompts are 16 tokens).
+then for each engine (reference, fast, fast-eager = fast without CUDA graphs, paged) samples
+`batch` rows (batch / 8 prompts x 8) of exactly `new-tokens` tokens (EOS masked out, so every
+row decodes to the end) through `backend.sampler(...).generate`, once to warm up and `--reps`
+times timed. Tokens/s = rows x new tokens / seconds (prefill included: prompts are 16 tokens).
 
 The bound: a decode step reads every weight once and the KV cache of every row at least once,
 so tokens/s <= rows x bandwidth / (weight bytes + KV bytes at the mean context). Bandwidth is
@@ -63,7 +63,9 @@ def time_engine(name: str, model, tokenizer, rows: int, new_tokens: int, reps: i
 
     # paged-graphs: the paged engine with transformers' CUDA graphs (GRPO_PAGED_CUDA_GRAPHS=1)
     os.environ["GRPO_PAGED_CUDA_GRAPHS"] = "1" if name == "paged-graphs" else "0"
-    name = name.removesuffix("-graphs")
+    # fast-eager: the fast engine without its CUDA graphs (GRPO_CUDA_GRAPHS=0)
+    os.environ["GRPO_CUDA_GRAPHS"] = "0" if name == "fast-eager" else "1"
+    name = name.removesuffix("-graphs").removesuffix("-eager")
     backend = select_backend(model, GRPOParams(engine=name, group_size=8))
     if backend.name != name:
         raise RuntimeError(f"{name} does not run this model here (got {backend.name})")
@@ -94,7 +96,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64, help="rows (a multiple of 8)")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--engines", default="reference,fast,paged")
+    ap.add_argument("--engines", default="reference,fast,fast-eager,paged")
     ap.add_argument("--bandwidth", type=float, help="GB/s (default: the card's datasheet)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
@@ -109,8 +111,11 @@ def main() -> None:
         path = build(a.size, Path(tmp))
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(a.device).eval()
         tokenizer = AutoTokenizer.from_pretrained(path)
-    # EOS never sampled: every row decodes exactly new-tokens tokens
-    model.lm_head.register_forward_hook(_mask_eos(tokenizer.eos_token_id))
+    # EOS never sampled: every row decodes exactly new-tokens tokens. A bias on the LM head, not
+    # a forward hook: the fast engine's CUDA graphs map with the head's own weights
+    eos_bias = torch.zeros(model.config.vocab_size, dtype=dtype, device=a.device)
+    eos_bias[tokenizer.eos_token_id] = -math.inf
+    model.lm_head.bias = torch.nn.Parameter(eos_bias, requires_grad=False)
     gbps = bandwidth_gbps(a.device, a.bandwidth)
     context = len(PROMPT) + 3 + a.new_tokens / 2
     bound = bound_tokens_per_s(model, a.batch, context, gbps) if gbps else None
@@ -142,14 +147,6 @@ def main() -> None:
             torch.cuda.empty_cache()
     if a.json:
         a.json.write_text(json.dumps(results, indent=2))
-
-
-def _mask_eos(eos: int):
-    def hook(_module, _inputs, logits):
-        logits[..., eos] = -math.inf
-        return logits
-
-    return hook
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ with the saved policy (lag 0 for its first batch): the same prompts, in the same
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -72,8 +73,31 @@ def generator_copy(model: Any) -> Any:
 MakeBatch = Callable[[Callable[[str, str, dict], None]], tuple[Rollout, Tensor, dict[str, Any]]]
 
 
+def _tensors(value: Any, depth: int = 0) -> list[Tensor]:
+    """The tensors held by `value` (dataclasses, dicts, lists and tuples, a few levels deep)."""
+    if isinstance(value, Tensor):
+        return [value]
+    if depth > 4:
+        return []
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = [getattr(value, f.name) for f in dataclasses.fields(value)]
+    elif isinstance(value, dict):
+        items = list(value.values())
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        return []
+    return [t for item in items for t in _tensors(item, depth + 1)]
+
+
 class RolloutsAhead:
-    """The generator thread, its queue of at most K batches, and the published weights."""
+    """The generator thread, its queue of at most K batches, and the published weights.
+
+    On a GPU the generator runs on a CUDA stream of its own, so that its kernels can run beside
+    the trainer's instead of queueing behind them on the default stream. Hand-offs wait for the
+    stream that made the tensors (a batch, published weights) and mark them used by the other,
+    so that the allocator reuses no memory still being read.
+    """
 
     def __init__(
         self,
@@ -93,6 +117,8 @@ class RolloutsAhead:
         self.stopped = False
         self.resume_state: dict[str, Any] | None = None  # of the batch trained on last
         self.thread = threading.Thread(target=self._loop, name="grpo-rollouts", daemon=True)
+        device = trained[0].device if trained else torch.device("cpu")
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     def needed_version(self, batch: int) -> int:
         return max(self.start, batch - 1 - self.k)
@@ -109,6 +135,11 @@ class RolloutsAhead:
             batch = self.queue.popleft()
             self.lock.notify_all()
         self.resume_state = batch.resume_state
+        if self.stream is not None:  # made (and synchronised) on the generator's stream
+            current = torch.cuda.current_stream(self.stream.device)
+            for tensor in _tensors(batch):
+                if tensor.is_cuda:
+                    tensor.record_stream(current)
         return batch
 
     def publish(self, version: int, params: list[Tensor]) -> None:
@@ -116,6 +147,8 @@ class RolloutsAhead:
         if version > self.needed_version(self.last):
             return
         snapshot = [p.detach().clone() for p in params]
+        if self.stream is not None:  # the generator's stream reads them once they are there
+            torch.cuda.current_stream(self.stream.device).synchronize()
         with self.lock:
             self.published[version] = snapshot
             self.lock.notify_all()
@@ -128,12 +161,21 @@ class RolloutsAhead:
             self.thread.join()
 
     def _loop(self) -> None:
+        if self.stream is None:
+            self._make_batches()
+            return
+        with torch.cuda.stream(self.stream):
+            self._make_batches()
+
+    def _make_batches(self) -> None:
         try:
             for batch in range(self.start + 1, self.last + 1):
                 if not self._load_weights(self.needed_version(batch)):
                     return
                 events: list[Event] = []
                 rollout, sampler_lp, state = self.make_batch(lambda *e, to=events: to.append(e))
+                if self.stream is not None:
+                    self.stream.synchronize()  # the batch is there before the trainer reads it
                 made = AheadBatch(rollout, sampler_lp, self.version, events, state)
                 with self.lock:
                     self.lock.wait_for(lambda: self.stopped or len(self.queue) < self.k)
@@ -160,5 +202,7 @@ class RolloutsAhead:
         with torch.no_grad():
             for dst, src in zip(self.trained, weights, strict=True):
                 dst.copy_(src)
+        if self.stream is not None:
+            self.stream.synchronize()  # copied before the snapshot's memory is freed
         self.version = version
         return True

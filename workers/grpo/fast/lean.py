@@ -329,8 +329,12 @@ class LeanModel:
         gate, up = self.linear_map(_rms(x, lay.norm2), i, "gate_up", tape).chunk(2, -1)  # (N, S, I)
         return self.linear_map(F.silu(gate) * up, i, "down", tape)  # (N, S, E)
 
+    def head_input(self, x: Tensor) -> Tensor:
+        """The final norm of the last layer's output: what the LM head maps."""
+        return _rms(x, self.final_norm)
+
     def head(self, x: Tensor) -> Tensor:
-        x = _rms(x, self.final_norm)
+        x = self.head_input(x)
         if self.packed_head is not None:
             return apply_linear(x, self.packed_head)  # (..., V)
         return self.model.lm_head(x)  # (..., V)

@@ -19,6 +19,7 @@ retired rows' draws (all pads) taken from uniform logits.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +27,7 @@ import torch
 from torch import Tensor
 
 from workers.grpo.config import GenerationParams
+from workers.grpo.fast.graph_decode import StaticStep, applies, graphs_enabled
 from workers.grpo.fast.lean_decode import LeanDecoder
 from workers.grpo.fast.lean_forward import prompt_groups
 from workers.grpo.fast.replay import DecodeRecord
@@ -140,6 +142,9 @@ class FastSampler:
     an oversubscribed machine, where a second OpenMP thread is not scheduled and every op waits
     for it, 1 is faster.
 
+    `static_steps`: the lean decoder's steps with fixed shapes (`graph_decode.StaticStep`),
+    captured as a CUDA graph on a GPU; None (the default): on a GPU unless `GRPO_CUDA_GRAPHS=0`.
+
     Whether every sequence has ended is read back every `end_check_every` steps (None: every
     step on CPU, where reading costs nothing, every 8 on an accelerator, where each read makes
     the host wait for the device instead of queueing the next step behind the running one; at
@@ -156,10 +161,11 @@ class FastSampler:
         cpu_threads: int | None = None,
         end_check_every: int | None = None,
         record: bool = False,
+        static_steps: bool | None = None,
     ) -> None:
         self.model, self.tokenizer, self.generator = model, tokenizer, generator
         self.lean, self.cpu_threads, self.end_check_every = lean, cpu_threads, end_check_every
-        self.record = record
+        self.record, self.static_steps = record, static_steps
 
     continues = True  # takes `keep_cache` and `resume` (episodes' turns continue the cache)
 
@@ -222,8 +228,13 @@ class FastSampler:
         total = width + params.max_new_tokens  # a continued batch's prompts are its sequences
         lean = LeanDecoder.build(self.model, total, rows=n) if self.lean else None
         forward = lean or _HFForward(self.model)
+        # Fixed-shape steps (CUDA graphs) on a fresh batch; they record nothing for the replay
+        static = self.static_steps
+        static = graphs_enabled(prompt_ids.device) if static is None else static
+        static = static and lean is not None and not keep_cache and start is None
+        static = static and applies(lean)
         tape = None
-        if lean is not None and record:
+        if lean is not None and record and not static:
             tape = lean.tape = DecodeRecord(self.model, n, lean.lean.lora_merged)
         if start is not None:
             ids, mask, cache = start
@@ -234,11 +245,20 @@ class FastSampler:
             else:  # the last turn decoded the other way: re-encode
                 start = None
         if start is None and lean is not None:
-            logits = lean.prefill(prompt_ids, prompt_mask, params.max_new_tokens, not keep_cache)
+            share = (
+                not keep_cache and not static
+            )  # fixed-shape steps attend to every row's own cache
+            logits = lean.prefill(prompt_ids, prompt_mask, params.max_new_tokens, share)
         elif start is None:
             logits = forward.prefill(prompt_ids, prompt_mask, params.max_new_tokens)  # (N, V)
+        if static:  # every row decoded to the end check that finds them all ended
+            try:
+                forward = StaticStep(lean, capture=prompt_ids.device.type == "cuda")
+            except RuntimeError as exc:  # not capturable here: the decoder's own steps
+                warnings.warn(f"decode steps not captured as a CUDA graph: {exc}", stacklevel=2)
+                static = False
         # a kept cache keeps every row: retiring would drop the rows of ended turns
-        retires = not keep_cache and (lean is not None or forward.selects_rows())
+        retires = not static and not keep_cache and (lean is not None or forward.selects_rows())
         ended = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)  # (N,)
         check_every = self.end_check_every or (1 if prompt_ids.device.type == "cpu" else 8)
         check_every = 1 if params.stop else check_every
