@@ -1,0 +1,102 @@
+"""Each bad request raises TinkerInputError naming its field, before touching the model."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.workers.tinker.conftest import rl_datum, sft_datum
+from workers.tinker.types import Datum, LoraConfig, SamplingParams, TinkerInputError
+
+
+@pytest.fixture(scope="module")
+def host(tiny_model_dir, tmp_path_factory):  # noqa: ANN001, ANN201
+    from workers.tinker.host import LoraHost
+
+    host = LoraHost(tiny_model_dir, state_dir=tmp_path_factory.mktemp("tinker-state"))
+    host.create_run("a", LoraConfig(rank=4))
+    return host
+
+
+def field_of(call) -> str:  # noqa: ANN001
+    with pytest.raises(TinkerInputError) as err:
+        call()
+    return err.value.field
+
+
+def with_inputs(datum: Datum, **changes) -> Datum:
+    return Datum(list(datum.tokens), {**datum.loss_fn_inputs, **changes})
+
+
+def test_bad_training_requests_name_their_field(host) -> None:  # noqa: ANN001
+    good = sft_datum(host.tokenizer, "hello there")
+    n, vocab = len(good.tokens), host.limits.vocab_size
+    fb = host.forward_backward
+    assert field_of(lambda: fb("a", [good], "nll")) == "loss_fn"
+    assert field_of(lambda: fb("zz", [good], "cross_entropy")) == "model_id"
+    assert field_of(lambda: fb("a", [], "cross_entropy")) == "data"
+    bad = Datum([*good.tokens[:-1], vocab], good.loss_fn_inputs)
+    assert field_of(lambda: fb("a", [good, bad], "cross_entropy")) == (
+        f"data[1].model_input.tokens[{n - 1}]"
+    )
+    assert field_of(lambda: fb("a", [Datum([-1] * n, good.loss_fn_inputs)], "cross_entropy")) == (
+        "data[0].model_input.tokens[0]"
+    )
+    short = with_inputs(good, weights=[1.0] * (n - 1))
+    assert field_of(lambda: fb("a", [short], "cross_entropy")) == "data[0].loss_fn_inputs.weights"
+    oob = with_inputs(good, target_tokens=[vocab + 5] * n)
+    assert field_of(lambda: fb("a", [oob], "cross_entropy")) == (
+        "data[0].loss_fn_inputs.target_tokens[0]"
+    )
+    nan = with_inputs(good, weights=[float("nan")] * n)
+    assert field_of(lambda: fb("a", [nan], "cross_entropy")) == "data[0].loss_fn_inputs.weights"
+    typo = with_inputs(good, wieghts=[1.0] * n)
+    assert field_of(lambda: fb("a", [typo], "cross_entropy")) == "data[0].loss_fn_inputs.wieghts"
+    assert field_of(lambda: fb("a", [good], "importance_sampling")) == (
+        "data[0].loss_fn_inputs.logprobs"
+    )
+    context = host.limits.context
+    long = Datum([5] * (context + 1), {"target_tokens": [5] * (context + 1)})
+    assert field_of(lambda: fb("a", [long], "cross_entropy")) == "data[0].model_input"
+    rl = rl_datum(host.tokenizer, "hello", 1.0)
+    assert field_of(lambda: fb("a", [rl], "ppo", {"clip_lo": 0.9})) == "loss_fn_config.clip_lo"
+    assert field_of(lambda: fb("a", [rl], "ppo", {"clip_low_threshold": "x"})) == (
+        "loss_fn_config.clip_low_threshold"
+    )
+    # nothing of the refused requests reached the run: no gradient is pending
+    assert all(p.grad is None for p in host.adapters.parameters(host._runs["a"].name))
+
+
+def test_bad_runs_name_their_field(host) -> None:  # noqa: ANN001
+    assert field_of(lambda: host.create_run("b", LoraConfig(rank=0))) == "lora_config.rank"
+    assert field_of(lambda: host.create_run("b", LoraConfig(rank=257))) == "lora_config.rank"
+    bad = LoraConfig(rank=4, target_modules=["q_proj", "qproj"])
+    assert field_of(lambda: host.create_run("b", bad)) == "lora_config.target_modules[1]"
+    off = LoraConfig(rank=4, train_attn=False, train_mlp=False, train_unembed=False)
+    assert field_of(lambda: host.create_run("b", off)) == "lora_config"
+    assert field_of(lambda: host.create_run("a", LoraConfig(rank=4))) == "model_id"
+    assert field_of(lambda: host.optim_step("b", None)) == "model_id"
+    assert not host.has_run("b")
+    host.create_run("b", LoraConfig(rank=4, target_modules=["q_proj", "v_proj"]))
+    names = {n.split(".lora_")[0].rsplit(".", 1)[-1]
+             for n, _ in host.model.named_parameters() if ".run" in n and n.endswith("weight")
+             and host._runs["b"].name in n}  # fmt: skip
+    assert names == {"q_proj", "v_proj"}
+
+
+def test_bad_sampling_requests_name_their_field(host) -> None:  # noqa: ANN001
+    ok = SamplingParams(max_tokens=4)
+    vocab, context = host.limits.vocab_size, host.limits.context
+    s = host.sample
+    assert field_of(lambda: s("a", [], 1, ok)) == "prompt"
+    assert field_of(lambda: s("a", [1, vocab], 1, ok)) == "prompt.tokens[1]"
+    assert field_of(lambda: s("a", [1], 0, ok)) == "num_samples"
+    assert field_of(lambda: s("a", [1] * context, 1, ok)) == "prompt"
+    too_long = SamplingParams(max_tokens=context)
+    assert field_of(lambda: s("a", [1, 2], 1, too_long)) == "sampling_params.max_tokens"
+    hot = SamplingParams(max_tokens=4, temperature=-1)
+    assert field_of(lambda: s("a", [1], 1, hot)) == "sampling_params.temperature"
+    assert field_of(lambda: s("a", [1], 1, SamplingParams(4, top_p=0))) == "sampling_params.top_p"
+    assert field_of(lambda: s("a", [1], 1, SamplingParams(4, top_k=0))) == "sampling_params.top_k"
+    stop = SamplingParams(4, stop=[vocab])
+    assert field_of(lambda: s("a", [1], 1, stop)) == "sampling_params.stop[0]"
+    assert field_of(lambda: s("nope", [1], 1, ok)) == "weights"

@@ -1,0 +1,297 @@
+"""LoraHost: one base model loaded once, many Tinker training runs on it (issue 35).
+
+Each run is a peft adapter on the shared base (`adapters.AdapterStack`) with its own AdamW
+state over that adapter's matrices only, its step count and its pending gradients. A request
+sets its run's adapter active, so what one run computes never depends on the others
+(interleaved or alone: the same numbers). Past `max_resident_runs`, the least recently used
+run is evicted to `state_dir` (adapter, optimiser state, pending gradients) and reloaded on
+its next request, exactly as it was.
+
+Single-threaded: the caller serialises requests (one at a time per host).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from workers.grpo.logprobs import token_logprobs
+from workers.tinker import validation as check
+from workers.tinker.adapters import AdapterStack, linear_layers, peft_config
+from workers.tinker.sampler import Draw, StopRule, fresh_seed, sample_sequences
+from workers.tinker.sampler import prompt_logprobs as score_prompt
+from workers.tinker.types import (
+    AdamParams,
+    Datum,
+    ForwardResult,
+    LoraConfig,
+    SampleResult,
+    SamplingParams,
+    TinkerInputError,
+)
+
+MAX_SAMPLER_ADAPTERS = 4  # sampler-weights directories kept loaded (reloaded when dropped)
+
+
+@dataclass
+class Run:
+    name: str  # its peft adapter's name (run ids may hold characters module names cannot)
+    config: LoraConfig
+    steps: int = 0
+    optimizer: torch.optim.AdamW | None = None  # None while evicted
+
+
+class LoraHost:
+    def __init__(
+        self,
+        base_model_dir: str | Path,
+        *,
+        device: str = "cpu",
+        state_dir: Path,
+        max_resident_runs: int = 16,
+    ) -> None:
+        self.tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
+        model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)
+        model = model.to(device).eval().requires_grad_(False)
+        self.model = model
+        self.adapters = AdapterStack(model, str(base_model_dir))
+        self.layers = linear_layers(model)
+        config = model.config
+        self.limits = check.ModelLimits(config.vocab_size, config.max_position_embeddings)
+        self.state_dir, self.max_resident = Path(state_dir), max(1, max_resident_runs)
+        self._runs: dict[str, Run] = {}
+        self._resident: OrderedDict[str, None] = OrderedDict()  # least recently used first
+        self._samplers: OrderedDict[str, str] = OrderedDict()  # weights dir -> adapter name
+        self._names = 0
+
+    # runs
+
+    def create_run(self, run_id: str, config: LoraConfig) -> None:
+        if run_id in self._runs:
+            raise TinkerInputError("model_id", f"run {run_id!r} exists")
+        check.check_lora(config, {n.rsplit(".", 1)[-1] for n in self.layers})
+        run = Run(self._new_name("run"), config)
+        self._make_room()
+        params = self.adapters.add(run.name, self._peft_config(config), config.seed or 0)
+        run.optimizer = _adamw(params)
+        self._runs[run_id] = run
+        self._resident[run_id] = None
+
+    def has_run(self, run_id: str) -> bool:
+        return run_id in self._runs
+
+    def resident_runs(self) -> list[str]:
+        return list(self._resident)
+
+    def delete_run(self, run_id: str) -> None:
+        run = self._get(run_id)
+        if run_id in self._resident:
+            self.adapters.remove(run.name)
+            del self._resident[run_id]
+        shutil.rmtree(self._evicted_dir(run), ignore_errors=True)
+        del self._runs[run_id]
+
+    # training
+
+    def forward(
+        self, run_id: str, data: list[Datum], loss_fn: str, loss_fn_config: dict | None = None
+    ) -> ForwardResult:
+        return self._loss_pass(run_id, data, loss_fn, loss_fn_config, train=False)
+
+    def forward_backward(
+        self, run_id: str, data: list[Datum], loss_fn: str, loss_fn_config: dict | None = None
+    ) -> ForwardResult:
+        """Adds this batch's gradients to the run's (summed until `optim_step`)."""
+        return self._loss_pass(run_id, data, loss_fn, loss_fn_config, train=True)
+
+    def optim_step(self, run_id: str, adam: AdamParams) -> dict[str, float]:
+        """One AdamW step (decoupled weight decay) on the run's summed gradients, then zero them."""
+        run = self._load(run_id)
+        params = self.adapters.parameters(run.name)
+        clip = adam.grad_clip_norm if adam.grad_clip_norm > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+        for group in run.optimizer.param_groups:
+            group.update(lr=adam.learning_rate, betas=(adam.beta1, adam.beta2), eps=adam.eps,
+                         weight_decay=adam.weight_decay)  # fmt: skip
+        run.optimizer.step()
+        run.optimizer.zero_grad(set_to_none=True)
+        run.steps += 1
+        return {"grad_norm": float(grad_norm), "learning_rate": adam.learning_rate,
+                "step": float(run.steps)}  # fmt: skip
+
+    def _loss_pass(
+        self, run_id: str, data: list[Datum], loss_fn: str, config: dict | None, train: bool
+    ) -> ForwardResult:
+        loss, cfg = check.check_loss(loss_fn, config)
+        check.check_data(data, loss_fn, loss, self.limits)
+        run = self._load(run_id)
+        outputs, total = [], torch.zeros((), device=self.model.device)
+        with self.adapters.active(run.name), torch.set_grad_enabled(train):
+            for datum, lp in zip(data, self._target_logprobs(data), strict=True):
+                used = {k: v for k, v in datum.loss_fn_inputs.items()
+                        if k in loss.required or k in loss.optional}  # fmt: skip
+                inputs = {k: torch.tensor(v, dtype=torch.float32, device=lp.device)
+                          for k, v in used.items()}  # fmt: skip
+                elementwise = loss.fn(lp, inputs, cfg)  # (T,)
+                total = total + elementwise.sum()
+                outputs.append({"logprobs": lp.detach().tolist(),
+                                "elementwise_loss": elementwise.detach().tolist()})  # fmt: skip
+            if train:
+                total.backward()
+        return ForwardResult(outputs, {"loss:sum": float(total.detach())})
+
+    def _target_logprobs(self, data: list[Datum]) -> list[torch.Tensor]:
+        """log pi(target_tokens[t] | tokens[:t + 1]) (T_i,) per datum, under the active adapter.
+        The batch is right-padded: causal attention keeps each datum's tokens from the pads."""
+        width, device = max(len(d.tokens) for d in data), self.model.device
+        ids = torch.zeros(len(data), width, dtype=torch.long)  # (B, L)
+        targets = torch.zeros(len(data), width, dtype=torch.long)  # (B, L)
+        for i, d in enumerate(data):
+            ids[i, : len(d.tokens)] = torch.tensor(d.tokens)
+            targets[i, : len(d.tokens)] = torch.tensor(d.loss_fn_inputs["target_tokens"])
+        logits = self.model(input_ids=ids.to(device), use_cache=False).logits  # (B, L, V)
+        lp, _ = token_logprobs(logits.flatten(0, 1), targets.to(device).flatten(), 1.0, False)
+        lp = lp.view(len(data), width)  # (B, L)
+        return [lp[i, : len(d.tokens)] for i, d in enumerate(data)]
+
+    # sampling
+
+    def sample(
+        self,
+        weights: str | None,
+        prompt: list[int],
+        num_samples: int,
+        params: SamplingParams,
+        prompt_logprobs: bool = False,
+    ) -> SampleResult:
+        """`weights`: a run id (its adapter now), a directory `save_for_sampler` wrote (or any
+        peft LoRA adapter of this base), or None (the base model)."""
+        steps = check.check_sample(prompt, num_samples, params, self.limits)
+        ids, strings = check.stop_rule(params.stop, self.tokenizer.eos_token_id, self.limits)
+        rule = StopRule(frozenset(ids), tuple(strings))
+        seed = params.seed if params.seed is not None else fresh_seed()
+        draw = Draw(params.temperature, params.top_k, params.top_p)
+        with self.adapters.active(self._sampling_adapter(weights)):
+            seqs = sample_sequences(self.model, self.tokenizer, prompt, num_samples, draw, steps,
+                                    rule, seed)  # fmt: skip
+            first = score_prompt(self.model, prompt) if prompt_logprobs else None
+        return SampleResult(seqs, first)
+
+    def _sampling_adapter(self, weights: str | None) -> str | None:
+        if weights is None:
+            return None
+        if weights in self._runs:
+            return self._load(weights).name
+        path = Path(weights)
+        if not (path / "adapter_config.json").is_file():
+            raise TinkerInputError("weights", f"neither a run nor sampler weights: {weights!r}")
+        key = str(path.resolve())
+        if key not in self._samplers:
+            if len(self._samplers) >= MAX_SAMPLER_ADAPTERS:
+                _, old = self._samplers.popitem(last=False)
+                self.adapters.remove(old)
+            name = self._new_name("smp")
+            self.adapters.load_peft_dir(name, path)
+            self._samplers[key] = name
+        self._samplers.move_to_end(key)
+        return self._samplers[key]
+
+    # state
+
+    def save_state(self, run_id: str, path: Path) -> None:
+        """The adapter, the optimiser state and the step count, to resume training exactly."""
+        run = self._load(run_id)
+        path = Path(path)
+        self.adapters.write_peft_dir(run.name, path)
+        torch.save(run.optimizer.state_dict(), path / "optimizer.pt")
+        meta = {"config": asdict(run.config), "steps": run.steps}
+        (path / "run.json").write_text(json.dumps(meta))
+
+    def load_state(self, run_id: str, path: Path, *, with_optimizer: bool = True) -> None:
+        """Into run `run_id` (created when new, its adapter replaced when it exists)."""
+        path = Path(path)
+        try:
+            meta = json.loads((path / "run.json").read_text())
+            adapter = load_file(str(path / "adapter_model.safetensors"))
+        except (OSError, ValueError) as exc:
+            raise TinkerInputError("path", f"no training state at {str(path)!r}") from exc
+        if run_id in self._runs:
+            self.delete_run(run_id)
+        self.create_run(run_id, LoraConfig(**meta["config"]))
+        run = self._runs[run_id]
+        self.adapters.load_adapter_state(run.name, adapter)
+        if with_optimizer:
+            run.optimizer.load_state_dict(self._optimizer_state(path))
+            run.steps = int(meta["steps"])
+
+    def save_for_sampler(self, run_id: str, path: Path) -> None:
+        """A peft adapter directory: `PeftModel.from_pretrained(base, path)` loads it."""
+        self.adapters.write_peft_dir(self._load(run_id).name, Path(path))
+
+    def evict(self, run_id: str) -> None:
+        """To `state_dir`, pending gradients included; the next request reloads it."""
+        run = self._get(run_id)
+        if run_id not in self._resident:
+            return
+        where = self._evicted_dir(run)
+        self.save_state(run_id, where)
+        params = self.adapters.parameters(run.name)
+        grads = {str(i): p.grad.detach().cpu() for i, p in enumerate(params) if p.grad is not None}
+        save_file(grads, str(where / "grads.safetensors"))
+        self.adapters.remove(run.name)
+        run.optimizer = None
+        del self._resident[run_id]
+
+    # residency
+
+    def _get(self, run_id: str) -> Run:
+        if run_id not in self._runs:
+            raise TinkerInputError("model_id", f"unknown run {run_id!r}")
+        return self._runs[run_id]
+
+    def _load(self, run_id: str) -> Run:
+        """The run, resident (reloaded from `state_dir` if evicted), most recently used."""
+        run = self._get(run_id)
+        if run_id not in self._resident:
+            self._make_room()
+            where = self._evicted_dir(run)
+            params = self.adapters.add(run.name, self._peft_config(run.config), 0)
+            adapter = load_file(str(where / "adapter_model.safetensors"))
+            self.adapters.load_adapter_state(run.name, adapter)
+            run.optimizer = _adamw(params)
+            run.optimizer.load_state_dict(self._optimizer_state(where))
+            for i, grad in load_file(str(where / "grads.safetensors")).items():
+                params[int(i)].grad = grad.to(self.model.device)
+            shutil.rmtree(where)
+            self._resident[run_id] = None
+        self._resident.move_to_end(run_id)
+        return run
+
+    def _optimizer_state(self, where: Path) -> dict:
+        return torch.load(where / "optimizer.pt", map_location=self.model.device, weights_only=True)
+
+    def _make_room(self) -> None:
+        while len(self._resident) >= self.max_resident:
+            self.evict(next(iter(self._resident)))
+
+    def _evicted_dir(self, run: Run) -> Path:
+        return self.state_dir / "evicted" / run.name
+
+    def _new_name(self, prefix: str) -> str:
+        self._names += 1
+        return f"{prefix}{self._names}"
+
+    def _peft_config(self, config: LoraConfig):  # noqa: ANN202 - peft's LoraConfig
+        return peft_config(config, self.layers, self.adapters.base_path)
+
+
+def _adamw(params: list[torch.nn.Parameter]) -> torch.optim.AdamW:
+    """Its hyper-parameters are set by each `optim_step` (AdamParams may change per step)."""
+    return torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
