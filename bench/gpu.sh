@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The engine on one CUDA GPU in at most 8 minutes (issue 33), for a 0.5B and a 1.5B random-init
 # Qwen2-shaped model (Qwen2.5-0.5B's and -1.5B's shapes, written in bf16: bench/qwen2_model.py):
-#  1. decode tokens/s of each engine's sampler (reference, fast, paged) at 64 rows x 128 tokens,
-#     beside the memory-bandwidth bound of the card (bench/decode_engines.py);
+#  1. decode tokens/s of each engine's sampler (reference, fast, fast-eager) at 64 rows x 128
+#     tokens, beside the memory-bandwidth bound of the card (bench/decode_engines.py);
 #  2. seconds per GRPO step, synchronous (grpo.max_off_policy_steps 0) and one step off-policy
-#     (1), engine auto (paged on CUDA), bf16 autocast, 8 prompts x 8, 64 new tokens, full
-#     training, beside TRL's GRPOTrainer on the same settings, generating with transformers (no
+#     (1), engine auto (fast, its decode a CUDA graph), bf16 autocast, 8 prompts x 8, 64 new
+#     tokens, full training, beside TRL's GRPOTrainer on the same settings, generating with transformers (no
 #     vLLM unless VLLM=1) (bench/vs_trl.py).
 # Each part runs under its own timeout, so a slow one costs its share only.
 #
