@@ -32,6 +32,8 @@ services:
 
 # Test files run on TEST_WORKERS processes, each file whole on one (its module fixtures start
 # services once); most of a test's time is waiting on other processes, so 2 pay on 2 cores.
+# Files start in the order tests/conftest.py collects them (the longest directories first), not
+# xdist's default of the files with the most tests first.
 # Tests marked `alone` restart a service the others share (PostgreSQL): they run afterwards.
 TEST_WORKERS ?= 2
 # One intra-op thread per process: the test processes and the servers, workers and training
@@ -40,7 +42,7 @@ TEST_WORKERS ?= 2
 TEST_ENV := OMP_NUM_THREADS=1
 
 test: venv services
-	$(TEST_ENV) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone" tests
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone" tests
 	$(TEST_ENV) $(BIN)/python -m pytest -q -m alone tests
 
 lint: venv

@@ -29,3 +29,19 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from workers.grpo.tiny_model import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny", seed=0)
+
+
+# `make test` runs each file whole on one of two processes (--dist loadfile), taking files in the
+# order collected here (--no-loadscope-reorder: xdist's default starts the files with the most
+# tests, the quick unit files, and leaves the one-test e2e files of a minute each for the end,
+# where one of them keeps a process busy while the other has nothing left). The directories of
+# the longest files go first; the many quick files at the end even out the two processes.
+SLOW_FIRST = ("tests/e2e/", "tests/ui/", "tests/deploy/", "tests/workers/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid
+        return next((i for i, d in enumerate(SLOW_FIRST) if path.startswith(d)), len(SLOW_FIRST))
+
+    items.sort(key=rank)  # stable: files stay whole and in their order within a directory
