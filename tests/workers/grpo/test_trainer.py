@@ -70,15 +70,20 @@ class Recorder(TrainHooks):
         )
 
 
+# The reward plateaus (~0.6) by step 15: over seeds 0-9 the last 5 of 20 steps average 4.7x to
+# 10.6x the first 5 (6.4x at seed 0), the same ratios as after 30 steps.
+RISE_STEPS = 20
+
+
 def test_reward_rises_on_a_learnable_task(tiny_model, digit_records, digit_scorer, tmp_path):
-    spec = _spec(tiny_model, steps=30, warmup_steps=5, beta=0.04, seed=0)
+    spec = _spec(tiny_model, steps=RISE_STEPS, warmup_steps=5, beta=0.04, seed=0)
     hooks = Recorder()
     result = train(spec, digit_records, [digit_scorer], tmp_path, hooks)
 
-    assert result.steps_completed == 30 and not result.stopped
-    assert sorted(hooks.metrics) == list(range(1, 31))
+    assert result.steps_completed == RISE_STEPS and not result.stopped
+    assert sorted(hooks.metrics) == list(range(1, RISE_STEPS + 1))
     assert set(hooks.metrics[1]) >= REQUIRED_METRICS
-    rewards = [hooks.metrics[s]["reward_mean"] for s in range(1, 31)]
+    rewards = [hooks.metrics[s]["reward_mean"] for s in range(1, RISE_STEPS + 1)]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     print(f"reward first 5 steps {first:.3f}, last 5 steps {last:.3f}")
     assert last >= 3 * first
