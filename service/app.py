@@ -13,6 +13,7 @@ from service.auth.ratelimit import RateLimitHeaders
 from service.catalog.router import router as models_router
 from service.datasets.router import router as datasets_router
 from service.environments.router import router as environments_router
+from service.evaluations.router import router as evaluations_router
 from service.files.router import router as files_router
 from service.fine_tuning.router import router as fine_tuning_router
 from service.graders.router import router as graders_router
@@ -95,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         jobs_router,
         job_control_router,
         rollouts_router,
+        evaluations_router,
         secrets_router,
         webhooks_router,
         tensorboard_router,

@@ -1,4 +1,5 @@
-"""Queue infrastructure: the Celery app, `enqueue_training` and `queue_depth`.
+"""Queue infrastructure: the Celery app, `enqueue_training` (and pre-flights', evaluations')
+and `queue_depth`.
 
 It imports only the settings (as polar's `polar/worker`): the API enqueues wake-ups through it
 without loading torch, and each domain owns its tasks (`service.training.tasks`, named in
@@ -17,6 +18,7 @@ from service.settings import Settings, get_settings
 
 TRAIN_TASK = "grpo.train_job"
 PREFLIGHT_TASK = "grpo.preflight"
+EVALUATION_TASK = "grpo.evaluation"
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -77,6 +79,10 @@ def enqueue_training(job_id: str, queue: str = "gpu", devices: int = 1) -> None:
 
 def enqueue_preflight(preflight_id: str, queue: str = "gpu") -> None:
     get_celery().send_task(PREFLIGHT_TASK, args=[preflight_id], queue=queue)
+
+
+def enqueue_evaluation(evaluation_id: str, queue: str = "gpu") -> None:
+    get_celery().send_task(EVALUATION_TASK, args=[evaluation_id], queue=queue)
 
 
 # `celery -A service.worker worker` looks for this name.

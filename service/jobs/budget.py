@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from service.core.problems import ProblemError
 from service.jobs import pausing, preflight_rows
-from service.models import JobUsage, Tenant
+from service.models import Evaluation, JobUsage, Tenant, TinkerRequest
 from service.settings import get_settings
 
 BUDGET_PROBLEM = "https://grpo-service.dev/problems/budget-exhausted"
@@ -43,14 +43,26 @@ class BudgetState:
 
 
 def device_seconds_used(session: Session, tenant_id: str) -> float:
-    """Every device-second of the tenant: its jobs' recorded steps and its pre-flights."""
+    """Every device-second of the tenant: its jobs' recorded steps, its pre-flights and its
+    evaluations."""
     total = session.scalar(
         select(func.coalesce(func.sum(JobUsage.device_seconds), 0.0)).where(
             JobUsage.tenant_id == tenant_id
         )
     )
     held = preflight_rows.device_time(session, tenant_id, get_settings())
-    return float(total or 0.0) + sum(seconds for _, _, seconds in held)
+    tinker = session.scalar(  # the Tinker API's requests (docs/tinker.md)
+        select(func.coalesce(func.sum(TinkerRequest.device_seconds), 0.0)).where(
+            TinkerRequest.tenant_id == tenant_id
+        )
+    )
+    total = float(total or 0.0) + float(tinker or 0.0)
+    evaluations = session.scalar(
+        select(func.coalesce(func.sum(Evaluation.device_seconds), 0.0)).where(
+            Evaluation.tenant_id == tenant_id
+        )
+    )
+    return float(total or 0.0) + float(evaluations or 0.0) + sum(s for _, _, s in held)
 
 
 def budget_state(

@@ -6,6 +6,7 @@ from service.models.catalog_model import CatalogModel
 from service.models.checkpoint import Checkpoint
 from service.models.dataset import Dataset
 from service.models.environment import EnvironmentVersion
+from service.models.evaluation import EVALUATION_FINAL, Evaluation, EvaluationSample
 from service.models.idempotency_key import IdempotencyKey
 from service.models.job import FINAL_STATUSES, LIVE_STATUSES, UNFINISHED_STATUSES, Job
 from service.models.job_event import JobEvent
@@ -22,6 +23,7 @@ from service.models.webhook_delivery import WebhookDelivery
 from service.models.worker_heartbeat import WorkerHeartbeat
 
 __all__ = [
+    "EVALUATION_FINAL",
     "FINAL_STATUSES",
     "LIVE_STATUSES",
     "PREFLIGHT_FINAL",
@@ -32,6 +34,8 @@ __all__ = [
     "Checkpoint",
     "Dataset",
     "EnvironmentVersion",
+    "Evaluation",
+    "EvaluationSample",
     "IdempotencyKey",
     "Job",
     "JobEvent",

@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.settings.api import ApiSettings
+from service.settings.evaluations import EvaluationSettings
 from service.settings.inference import InferenceSettings
 from service.settings.preflight import PreflightSettings
 from service.settings.quotas import QuotaSettings
@@ -29,6 +30,7 @@ class Settings(
     WebhookSettings,
     TrackerSettings,
     PreflightSettings,
+    EvaluationSettings,
     ApiSettings,
     QuotaSettings,
     SandboxSettings,

@@ -7,7 +7,8 @@ conditional UPDATE of `lifecycle`):
   from its last committed checkpoint), or fails once it has used `max_attempts` claims;
 - a `queued` job waiting longer than `requeue_after_seconds` while its queue holds no message
   at all had its message lost (a broker restart, a flushed Redis): it is enqueued again.
-A duplicate message costs nothing: the claim lets exactly one run through.
+A duplicate message costs nothing: the claim lets exactly one run through. Evaluations get the
+same passes (`reconcile_evaluations`, through `service.evaluations.rows`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from sqlalchemy.orm import Session
 
 from service import worker
 from service.core.db import session_scope
+from service.evaluations import rows as evaluation_rows
 from service.jobs import lifecycle
-from service.models import Job
+from service.models import Evaluation, Job
 from service.models.base import utcnow
 from service.settings import Settings
 
@@ -47,13 +49,35 @@ def reconcile(session: Session, settings: Settings, queue_depth: QueueDepth) -> 
     return to_enqueue
 
 
+def reconcile_evaluations(
+    session: Session, settings: Settings, queue_depth: QueueDepth
+) -> list[Evaluation]:
+    """The same pass over evaluations: lost leases taken back, lost messages sent again."""
+    to_enqueue = evaluation_rows.expire(session, settings.max_attempts)
+    stale = utcnow() - timedelta(seconds=settings.requeue_after_seconds)
+    empty: dict[str, bool] = {}
+    for row in evaluation_rows.waiting_since(session, stale):
+        if row.queue not in empty:
+            empty[row.queue] = queue_depth(row.queue) == 0
+        if empty[row.queue]:
+            evaluation_rows.requeue(session, row)
+            to_enqueue.append(row)
+    session.flush()
+    return to_enqueue
+
+
 def run_once(settings: Settings) -> int:
     with session_scope() as session:
         found = reconcile(session, settings, worker.queue_depth)
         jobs = [(j.id, j.queue, j.devices) for j in found]
+        evaluations = [
+            (e.id, e.queue) for e in reconcile_evaluations(session, settings, worker.queue_depth)
+        ]
     for job_id, queue, devices in jobs:
         worker.enqueue_training(job_id, queue, devices)
-    return len(jobs)
+    for evaluation_id, queue in evaluations:
+        worker.enqueue_evaluation(evaluation_id, queue)
+    return len(jobs) + len(evaluations)
 
 
 def run_forever(settings: Settings, stop: threading.Event) -> None:

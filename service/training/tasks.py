@@ -1,11 +1,12 @@
 """The jobs domain's Celery tasks: thin adapters that pass an id to the watchdog (a training
-job) or to the pre-flight supervisor (`preflight_run.supervise`)."""
+job), to the pre-flight supervisor (`preflight_run.supervise`) or to the evaluation's
+(`evaluation_run.supervise`)."""
 
 from celery.signals import after_setup_logger, after_setup_task_logger, worker_process_init
 
 from service.core.db import end_idle_transactions_after
 from service.settings import get_settings
-from service.worker import PREFLIGHT_TASK, TRAIN_TASK, app
+from service.worker import EVALUATION_TASK, PREFLIGHT_TASK, TRAIN_TASK, app
 from workers.observability import JsonFormatter
 
 
@@ -38,3 +39,11 @@ def preflight(preflight_id: str) -> None:
     from service.training.preflight_run import supervise
 
     supervise(preflight_id)
+
+
+@app.task(name=EVALUATION_TASK)
+def evaluation(evaluation_id: str) -> None:
+    # As train_job: this process holds the lease; the evaluation runs in a child of its own.
+    from service.training.evaluation_run import supervise
+
+    supervise(evaluation_id)

@@ -1,5 +1,6 @@
 """The tenant's usage report (`GET /v1/usage`): the recorded step usage (`job_usage`), the
-device time its pre-flights held (under their `pf_` ids by job, device kind `preflight`) and the
+device time its pre-flights held (under their `pf_` ids by job, device kind `preflight`), its
+evaluations' device time and completion tokens (under their `eval_` ids) and the
 jobs' stored objects, over whole UTC days, by job or by day. Budgets: `service.jobs.budget`."""
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from sqlalchemy.orm import Session
 from service.core.problems import FieldError, invalid
 from service.jobs import preflight_rows
 from service.jobs.budget import budget_state
-from service.models import Checkpoint, Job, JobUsage, RolloutFile, Tenant
+from service.models import Checkpoint, Evaluation, Job, JobUsage, RolloutFile, Tenant, TinkerRequest
 from service.settings import get_settings
 from service.usage.schemas import BudgetOut, GroupBy, UsageFigures, UsageReport, UsageRow
 
 PREFLIGHT_KIND = "preflight"  # its worker's device kind is not recorded
+TINKER_KIND = "tinker"  # the Tinker API's requests, by run (docs/tinker.md)
+EVALUATION_KIND = "evaluation"  # an evaluation whose run never reported its device kind
 _COUNTERS = ("device_seconds", "completion_tokens", "trained_tokens", "verifier_cpu_seconds")
 
 
@@ -88,6 +91,17 @@ def usage_report(
         row = rows[preflight_id if group_by == "job" else started.date()]
         row["device_seconds"] += seconds
         row["device_seconds_by_kind"][PREFLIGHT_KIND] += seconds
+    for evaluation_id, started, seconds, tokens, kind in _evaluations(session, tenant_id, since):
+        if started.date() >= stop:
+            continue
+        row = rows[evaluation_id if group_by == "job" else started.date()]
+        row["device_seconds"] += seconds
+        row["completion_tokens"] += int(tokens)
+        row["device_seconds_by_kind"][kind or EVALUATION_KIND] += seconds
+    for run_id, finished, seconds in _tinker_time(session, tenant_id, since, stop):
+        row = rows[run_id if group_by == "job" else _as_utc(finished).date()]
+        row["device_seconds"] += seconds
+        row["device_seconds_by_kind"][TINKER_KIND] += seconds
     for job_id, written_at, size in _stored_objects(session, tenant_id, first, stop):
         rows[job_id if group_by == "job" else _as_utc(written_at).date()]["storage_bytes"] += size
     ordered = sorted(rows.items(), key=lambda kv: kv[0], reverse=group_by == "job")
@@ -110,6 +124,48 @@ def _empty() -> dict[str, Any]:
 
 def _day(value: date | str) -> date:
     return value if isinstance(value, date) else date.fromisoformat(value)
+
+
+def _evaluations(
+    session: Session, tenant_id: str, since: datetime
+) -> Iterable[tuple[str, datetime, float, int, str | None]]:
+    """(evaluation, started at, device-seconds, completion tokens, device kind) of the tenant's
+    evaluations that ran, started at `since` or later (under their `eval_` ids by job)."""
+    found = session.execute(
+        select(
+            Evaluation.id,
+            Evaluation.started_at,
+            Evaluation.device_seconds,
+            Evaluation.completion_tokens,
+            Evaluation.device_kind,
+        ).where(
+            Evaluation.tenant_id == tenant_id,
+            Evaluation.started_at.is_not(None),
+            Evaluation.started_at >= since,
+        )
+    )
+    for evaluation_id, started, seconds, tokens, kind in found:
+        yield evaluation_id, _as_utc(started), float(seconds), int(tokens), kind
+
+
+def _tinker_time(
+    session: Session, tenant_id: str, since: datetime, stop: date
+) -> Iterable[tuple[str, datetime, float]]:
+    """(run, finished at, device-seconds) of the tenant's executed Tinker requests; a base
+    model's sampling, outside any run, under the base model's name."""
+    until = datetime.combine(stop, time(), UTC)
+    yield from session.execute(
+        select(
+            func.coalesce(TinkerRequest.run_id, TinkerRequest.base_model),
+            TinkerRequest.finished_at,
+            TinkerRequest.device_seconds,
+        ).where(
+            TinkerRequest.tenant_id == tenant_id,
+            TinkerRequest.device_seconds > 0,
+            TinkerRequest.finished_at >= since,
+            TinkerRequest.finished_at < until,
+        )
+    ).tuples()
 
 
 def _stored_objects(

@@ -49,6 +49,18 @@ def job_body(dataset: str, **extra: Any) -> dict[str, Any]:
     }
 
 
+def evaluation_body(dataset: str, **extra: Any) -> dict[str, Any]:
+    """An evaluation no worker takes (its queue has none)."""
+    return {
+        "model": TINY,
+        "dataset": dataset,
+        "verifiers": [{"name": "em"}],
+        "samples_per_prompt": 2,
+        "queue": IDLE_QUEUE,
+        **extra,
+    }
+
+
 def make_job(client: httpx.Client, dataset: str, **extra: Any) -> dict[str, Any]:
     r = client.post("/v1/jobs", json=job_body(dataset, **extra))
     assert r.status_code == 201, r.text

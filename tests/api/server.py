@@ -28,6 +28,7 @@ LIMITS = {
     "GRPO_AUTH_FAILURE_LIMIT": "1000",
     # No worker here: a pre-flight answers 202 at once, still queued.
     "GRPO_PREFLIGHT_WAIT_S": "0",
+    "GRPO_EVAL_MAX_RECORDS": "10",
 }
 # The operator's /metrics token: the API tests scrape as the operator does.
 METRICS_TOKEN = "metrics-token-for-tests"

@@ -8,7 +8,7 @@ import re
 import httpx
 
 from tests.api.conftest import tenant_client
-from tests.api.helpers import job_body
+from tests.api.helpers import evaluation_body, job_body
 from tests.api.test_downloads import seed_checkpoint
 from tests.e2e.services import RunningService
 
@@ -63,6 +63,9 @@ def test_foreign_ids_look_missing_on_every_route(api: RunningService, chat_model
         "webhook_id": owner.post(
             "/v1/webhooks", json={"url": "https://93.184.215.14/h", "events": ["*"]}
         ).json()["id"],
+        "evaluation_id": owner.post("/v1/evaluations", json=evaluation_body(dataset_id)).json()[
+            "id"
+        ],
     }
     missing = {
         "model": "ckpt_0000000000000000000000",
@@ -75,6 +78,7 @@ def test_foreign_ids_look_missing_on_every_route(api: RunningService, chat_model
         "step": "2",
         "preflight_id": "pf_0000000000000000000000",
         "webhook_id": "wh_0000000000000000000000",
+        "evaluation_id": "eval_0000000000000000000000",
     }
     # the owner's secret and environment answer under the same {name} as its verifier
     environment = {"name": "em", "kind": "python", "config": {"source": ENVIRONMENT}}

@@ -1,0 +1,17 @@
+"""Evaluations (docs/evaluations.md): POST /v1/evaluations."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class EvaluationSettings(BaseModel):
+    """How large an evaluation may be."""
+
+    eval_max_records: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        description="Records an evaluation may sample (a larger dataset, or max_records, is a "
+        "422 naming the field).",
+    )

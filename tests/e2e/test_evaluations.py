@@ -1,0 +1,160 @@
+"""Evaluations through the real processes (API + worker, tiny model): the base model and a
+checkpoint of a short job evaluated with a built-in and a sandboxed python verifier, results
+that agree with the stored samples (pass@1 <= pass@2 <= pass@4), usage metered, a stranger
+seeing nothing, and a running evaluation cancelled."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from service.demo_task import DIGIT_VERIFIER_SOURCE, digit_records
+from tests.e2e.services import TINY, RunningService
+from tests.e2e.test_training_flow import wait_final
+
+K = 4
+FINAL = ("succeeded", "failed", "cancelled")
+
+
+@pytest.fixture(scope="module")
+def client(embedded_service: RunningService) -> httpx.Client:
+    c = embedded_service.client(embedded_service.new_key("evaluations"))
+    verifiers = [
+        {"name": "has-digit", "kind": "regex", "config": {"pattern": "[0-9]"}},
+        {"name": "digits", "kind": "python", "config": {"source": DIGIT_VERIFIER_SOURCE}},
+    ]
+    for v in verifiers:
+        assert c.post("/v1/verifiers", json=v).status_code == 201
+    r = c.post("/v1/datasets", json={"name": "digits", "records": digit_records(16)})
+    assert r.status_code == 201, r.text
+    return c
+
+
+def body(model: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": model,
+        "dataset": "digits",
+        # the reward is has-digit's score; digits (weight 0) is only reported
+        "verifiers": [{"name": "has-digit"}, {"name": "digits", "weight": 0.0}],
+        "samples_per_prompt": K,
+        "generation": {"max_new_tokens": 8},
+        "max_records": 6,
+        **extra,
+    }
+
+
+def wait_evaluation(client: httpx.Client, eval_id: str, timeout: float = 300) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = client.get(f"/v1/evaluations/{eval_id}").json()
+        if got["status"] in FINAL:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"evaluation {eval_id} did not finish: {got}")
+
+
+def all_samples(client: httpx.Client, eval_id: str) -> list[dict[str, Any]]:
+    samples: list[dict[str, Any]] = []
+    after = None
+    while True:
+        params = {"limit": 10, **({"after": after} if after else {})}
+        page = client.get(f"/v1/evaluations/{eval_id}/samples", params=params).json()
+        samples += page["data"]
+        if not page["has_more"]:
+            return samples
+        after = page["next"]
+
+
+def check_results(client: httpx.Client, evaluation: dict[str, Any]) -> None:
+    assert evaluation["status"] == "succeeded", evaluation
+    results = evaluation["results"]
+    samples = all_samples(client, evaluation["id"])
+    assert [s["index"] for s in samples] == list(range(6 * K))
+    assert results["samples"] == 6 * K and results["prompts"] == 6
+    assert [s["record"] for s in samples] == [i // K for i in range(6 * K)]
+    for s in samples:
+        assert s["reward"] == s["scores"]["has-digit"] and s["passed"] == (s["reward"] >= 1.0)
+        assert s["completion"] in s["completion"] and s["prompt"].startswith("Digit")
+    rewards = [s["reward"] for s in samples]
+    assert results["reward_mean"] == pytest.approx(sum(rewards) / len(rewards))
+    digits = [s["scores"]["digits"] for s in samples]
+    assert results["per_verifier"]["digits"] == pytest.approx(sum(digits) / len(digits))
+    assert set(results["pass_at_k"]) == {"1", "2", "4"}
+    p = {k: v["estimate"] for k, v in results["pass_at_k"].items()}
+    assert p["1"] == pytest.approx(sum(s["passed"] for s in samples) / len(samples))
+    assert p["1"] <= p["2"] <= p["4"]
+    for v in results["pass_at_k"].values():
+        assert 0.0 <= v["low"] <= v["estimate"] <= v["high"] <= 1.0
+    assert results["completion_tokens"] == sum(s["length"] for s in samples) > 0
+    usage = evaluation["usage"]
+    assert usage["completion_tokens"] == results["completion_tokens"]
+    assert 0 < usage["device_seconds"] < 300
+
+
+def test_base_and_checkpoint(client: httpx.Client, embedded_service: RunningService) -> None:
+    job = client.post(
+        "/v1/jobs",
+        json={
+            "base_model": TINY,
+            "dataset": "digits",
+            "verifiers": [{"name": "has-digit"}],
+            "grpo": {"steps": 2, "prompts_per_step": 2, "group_size": 4, "learning_rate": 1e-3},
+            "generation": {"max_new_tokens": 8},
+            "checkpoint_every": 2,
+        },
+    )
+    assert job.status_code == 201, job.text
+    base = client.post("/v1/evaluations", json=body(TINY))
+    assert base.status_code == 201, base.text
+    assert base.json()["status"] == "queued" and base.json()["records"] == 6
+    assert wait_final(client, job.json()["id"])["status"] == "succeeded"
+    (ckpt,) = client.get(f"/v1/jobs/{job.json()['id']}/checkpoints").json()["data"]
+    tuned = client.post("/v1/evaluations", json=body(ckpt["id"]))
+    assert tuned.status_code == 201, tuned.text
+    evaluations = [wait_evaluation(client, r.json()["id"]) for r in (base, tuned)]
+    for evaluation in evaluations:
+        check_results(client, evaluation)
+    assert evaluations[1]["model"] == ckpt["id"]
+    listed = client.get("/v1/evaluations").json()["data"]
+    assert [e["id"] for e in listed[:2]] == [evaluations[1]["id"], evaluations[0]["id"]]
+    # metered as jobs are: each under its id, its device seconds and completion tokens
+    usage = client.get("/v1/usage", params={"group_by": "job"}).json()
+    by_id = {r["job_id"]: r for r in usage["data"]}
+    for evaluation in evaluations:
+        row = by_id[evaluation["id"]]
+        assert row["completion_tokens"] == evaluation["usage"]["completion_tokens"]
+        assert math.isclose(row["device_seconds"], evaluation["usage"]["device_seconds"])
+    # another tenant: the evaluation, its samples and the checkpoint read as missing
+    stranger = embedded_service.client(embedded_service.new_key("evaluations-stranger"))
+    for path in ("", "/samples"):
+        assert stranger.get(f"/v1/evaluations/{evaluations[0]['id']}{path}").status_code == 404
+    assert stranger.get("/v1/evaluations").json()["data"] == []
+
+
+def test_cancel_a_running_evaluation(client: httpx.Client) -> None:
+    big = body(TINY, samples_per_prompt=32, max_records=10, generation={"max_new_tokens": 16})
+    r = client.post("/v1/evaluations", json=big)
+    assert r.status_code == 201, r.text
+    eval_id = r.json()["id"]
+    deadline = time.monotonic() + 120
+    # cancelled mid-run: once its first batch of samples is stored
+    while not client.get(f"/v1/evaluations/{eval_id}/samples").json()["data"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    print(f"first samples after {time.monotonic() - deadline + 120:.1f} s")
+    cancelled = client.post(f"/v1/evaluations/{eval_id}/cancel")
+    assert cancelled.status_code == 202, cancelled.text
+    assert cancelled.json()["status"] in ("cancelling", "cancelled")
+    start = time.monotonic()
+    final = wait_evaluation(client, eval_id, timeout=60)
+    assert final["status"] == "cancelled" and final["results"] is None, final
+    print(f"cancelled after {time.monotonic() - start:.1f} s")
+    assert time.monotonic() - start < 30
+    assert final["usage"]["device_seconds"] > 0  # the time it held the worker is metered
+    assert final["usage"]["completion_tokens"] > 0
+    assert len(all_samples(client, eval_id)) < 10 * 32  # it stopped before the end
+    assert client.post(f"/v1/evaluations/{eval_id}/cancel").status_code == 409
