@@ -6,14 +6,18 @@ N separate copies of the model (N hosts of one run each), in one process each.
 Each configuration runs in a fresh subprocess: load, create the runs (LoRA of rank R on every
 linear layer and the unembedding, Tinker's default), one `forward_backward` (4 data of 64
 tokens, cross_entropy) and one `optim_step` per run, so each run holds its adapter and its Adam
-moments. Prints the process's RSS after imports, after that work, and its peak (VmHWM), and
-each run's adapter + Adam bytes (3 fp32 copies of its matrices).
+moments. Prints the process's RSS after imports and after that work (freed heap handed back
+first: `malloc_trim`), medians of `--reps` processes, and each run's adapter + Adam bytes
+(3 fp32 copies of its matrices).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,6 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def _status_mib(key: str) -> float:
+    if key == "VmRSS":  # what is live: freed heap handed back first (the step's activations)
+        gc.collect()
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(key + ":"):
             return int(line.split()[1]) / 1024
@@ -69,6 +76,7 @@ def main() -> None:
     ap.add_argument("--size", default="25m")
     ap.add_argument("--runs", default="1,2,4")
     ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--reps", type=int, default=3, help="processes per configuration (median)")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "N"))
     ap.add_argument("--model", type=Path)
     args = ap.parse_args()
@@ -84,20 +92,27 @@ def main() -> None:
             for mode in ("shared", "copies") if n > 1 else ("shared",):
                 cmd = [sys.executable, __file__, "--child", mode, str(n), "--model", str(model),
                        "--rank", str(args.rank)]  # fmt: skip
-                out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT)
-                rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+                reps = []
+                for _ in range(args.reps):
+                    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT)
+                    reps.append(json.loads(out.stdout.strip().splitlines()[-1]))
+                row = dict(reps[0])
+                for key in ("imported_mib", "rss_mib", "peak_mib"):
+                    row[key] = statistics.median(r[key] for r in reps)
+                rows.append(row)
     first = rows[0]
     print(f"\nbase fp32 weights {first['base_mib']:.1f} MiB; one run's adapter + Adam "
           f"{first['per_run_state_mib']:.2f} MiB (rank {args.rank})")  # fmt: skip
-    print("| runs | one base, N adapters: RSS (MiB) | N model copies: RSS (MiB) | "
-          "RSS over imports, one base | over imports, N copies |")  # fmt: skip
-    print("|---:|---:|---:|---:|---:|")
+    print("| runs | one base, N adapters: RSS (MiB) | N model copies: RSS (MiB) | over imports, "
+          "one base | over imports, N copies | peak, one base | peak, copies |")  # fmt: skip
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for n in sorted({r["runs"] for r in rows}):
         shared = next(r for r in rows if r["runs"] == n and r["mode"] == "shared")
         copies = next((r for r in rows if r["runs"] == n and r["mode"] == "copies"), shared)
         print(f"| {n} | {shared['rss_mib']:.0f} | {copies['rss_mib']:.0f} | "
               f"{shared['rss_mib'] - shared['imported_mib']:.0f} | "
-              f"{copies['rss_mib'] - copies['imported_mib']:.0f} |")  # fmt: skip
+              f"{copies['rss_mib'] - copies['imported_mib']:.0f} | "
+              f"{shared['peak_mib']:.0f} | {copies['peak_mib']:.0f} |")  # fmt: skip
 
 
 if __name__ == "__main__":

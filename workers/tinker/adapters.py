@@ -31,14 +31,17 @@ LORA_ALPHA = 32  # scaling alpha / rank, as Tinker's LoRA (and the LoRA Without 
 
 
 def linear_layers(model: nn.Module) -> dict[str, str]:
-    """Every linear layer's qualified name -> its group: attn, mlp, unembed or other."""
+    """Every linear layer's qualified name -> its group: attn, mlp, unembed, other, or tied (an
+    unembedding that shares its weight with the embedding: no adapter goes there, since merging
+    one would change the embedding too and the merged model would differ from the adapter's)."""
     out_emb = model.get_output_embeddings()
+    tied = out_emb is not None and out_emb.weight is model.get_input_embeddings().weight
     groups = {}
     for name, module in model.named_modules():
         if not isinstance(module, nn.Linear):
             continue
         if module is out_emb:
-            groups[name] = "unembed"
+            groups[name] = "tied" if tied else "unembed"
         elif "attn" in name or "attention" in name:
             groups[name] = "attn"
         elif "mlp" in name or "feed_forward" in name:

@@ -56,9 +56,12 @@ class LoraHost:
         device: str = "cpu",
         state_dir: Path,
         max_resident_runs: int = 16,
+        dtype: str = "float32",
     ) -> None:
+        """`dtype`: the base weights' (bfloat16 halves a large base); adapters, their Adam state
+        and the losses stay fp32 (peft keeps adapters fp32 on a low-precision base)."""
         self.tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
-        model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=getattr(torch, dtype))
         model = model.to(device).eval().requires_grad_(False)
         self.model = model
         self.adapters = AdapterStack(model, str(base_model_dir))
@@ -76,10 +79,13 @@ class LoraHost:
     def create_run(self, run_id: str, config: LoraConfig) -> None:
         if run_id in self._runs:
             raise TinkerInputError("model_id", f"run {run_id!r} exists")
-        check.check_lora(config, {n.rsplit(".", 1)[-1] for n in self.layers})
+        check.check_lora(config, self._leaf_names())
+        peft = self._peft_config(config)
+        if not peft.target_modules:
+            raise TinkerInputError("lora_config", "selects no layer of this model (train_* flags)")
         run = Run(self._new_name("run"), config)
         self._make_room()
-        params = self.adapters.add(run.name, self._peft_config(config), config.seed or 0)
+        params = self.adapters.add(run.name, peft, config.seed or 0)
         run.optimizer = _adamw(params)
         self._runs[run_id] = run
         self._resident[run_id] = None
@@ -192,7 +198,10 @@ class LoraHost:
         path = Path(weights)
         if not (path / "adapter_config.json").is_file():
             raise TinkerInputError("weights", f"neither a run nor sampler weights: {weights!r}")
-        key = str(path.resolve())
+        weights_file = path / "adapter_model.safetensors"
+        if not weights_file.is_file():
+            raise TinkerInputError("weights", f"no adapter_model.safetensors in {weights!r}")
+        key = f"{path.resolve()}@{weights_file.stat().st_mtime_ns}"  # rewritten: loaded again
         if key not in self._samplers:
             if len(self._samplers) >= MAX_SAMPLER_ADAPTERS:
                 _, old = self._samplers.popitem(last=False)
@@ -215,21 +224,32 @@ class LoraHost:
         (path / "run.json").write_text(json.dumps(meta))
 
     def load_state(self, run_id: str, path: Path, *, with_optimizer: bool = True) -> None:
-        """Into run `run_id` (created when new, its adapter replaced when it exists)."""
+        """Into run `run_id` (created when new, replaced when it exists). The state is loaded
+        into a new run first: one that does not fit leaves an existing run as it was."""
         path = Path(path)
         try:
             meta = json.loads((path / "run.json").read_text())
+            config, steps = LoraConfig(**meta["config"]), int(meta["steps"])
             adapter = load_file(str(path / "adapter_model.safetensors"))
-        except (OSError, ValueError) as exc:
+            optimizer = self._optimizer_state(path) if with_optimizer else None
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
             raise TinkerInputError("path", f"no training state at {str(path)!r}") from exc
+        staging = f"\0loading {run_id}"
+        self.create_run(staging, config)
+        run = self._runs[staging]
+        try:
+            self.adapters.load_adapter_state(run.name, adapter)
+            if optimizer is not None:
+                run.optimizer.load_state_dict(optimizer)
+                run.steps = steps
+        except (ValueError, RuntimeError, KeyError) as exc:
+            self.delete_run(staging)
+            raise TinkerInputError("path", f"the state does not fit this model: {exc}") from exc
         if run_id in self._runs:
             self.delete_run(run_id)
-        self.create_run(run_id, LoraConfig(**meta["config"]))
-        run = self._runs[run_id]
-        self.adapters.load_adapter_state(run.name, adapter)
-        if with_optimizer:
-            run.optimizer.load_state_dict(self._optimizer_state(path))
-            run.steps = int(meta["steps"])
+        self._runs[run_id] = self._runs.pop(staging)
+        del self._resident[staging]
+        self._resident[run_id] = None
 
     def save_for_sampler(self, run_id: str, path: Path) -> None:
         """A peft adapter directory: `PeftModel.from_pretrained(base, path)` loads it."""
@@ -280,6 +300,9 @@ class LoraHost:
     def _make_room(self) -> None:
         while len(self._resident) >= self.max_resident:
             self.evict(next(iter(self._resident)))
+
+    def _leaf_names(self) -> set[str]:
+        return {name.rsplit(".", 1)[-1] for name, group in self.layers.items() if group != "tied"}
 
     def _evicted_dir(self, run: Run) -> Path:
         return self.state_dir / "evicted" / run.name

@@ -59,7 +59,8 @@ class SamplingParams:
 class LoraConfig:
     """A run's adapter. `target_modules` None: every linear layer the `train_*` flags select
     (attention, MLP, the unembedding), as the SDK's LoraConfig does; a list: those module names
-    (e.g. `q_proj`), the flags ignored. `seed` None: 0 (initialisation is reproducible)."""
+    (e.g. `q_proj`), the flags ignored. An unembedding tied to the embedding gets no adapter.
+    `seed` None: 0 (initialisation is reproducible)."""
 
     rank: int
     target_modules: list[str] | None = None

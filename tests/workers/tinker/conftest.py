@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The hosts' device: cpu here; a GPU machine runs the same tests with TINKER_TEST_DEVICE=cuda.
+DEVICE = os.environ.get("TINKER_TEST_DEVICE", "cpu")
 
 
 @pytest.fixture
 def make_host(tiny_model_dir: Path, tmp_path: Path) -> Callable:
-    """A fresh LoraHost on the tiny model (its own state_dir each time)."""
+    """A fresh LoraHost on the tiny model (its own state_dir each time, on DEVICE)."""
     from workers.tinker.host import LoraHost
 
     count = 0
@@ -22,6 +24,7 @@ def make_host(tiny_model_dir: Path, tmp_path: Path) -> Callable:
         nonlocal count
         count += 1
         kwargs.setdefault("state_dir", tmp_path / f"state{count}")
+        kwargs.setdefault("device", DEVICE)
         return LoraHost(tiny_model_dir, **kwargs)
 
     return make

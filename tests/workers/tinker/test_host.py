@@ -12,7 +12,7 @@ from tests.workers.tinker.conftest import rl_datum, sft_datum
 from workers.tinker.types import AdamParams, LoraConfig
 
 TEXTS = ["abc=abcabc", "xyz=xyzxyz", "12=1212"]
-ADAM = AdamParams(learning_rate=1e-2)
+ADAM = AdamParams(learning_rate=3e-3)
 
 
 def sft_batch(host) -> list:  # noqa: ANN001
@@ -40,7 +40,7 @@ def test_cross_entropy_steps_lower_the_loss(make_host) -> None:  # noqa: ANN001
     before = host.forward("a", sft_batch(host), "cross_entropy").metrics["loss:sum"]
     train(host, "a", 8)
     after = host.forward("a", sft_batch(host), "cross_entropy").metrics["loss:sum"]
-    assert after < 0.7 * before
+    assert after < 0.6 * before
     assert host.optim_step("a", ADAM)["step"] == 9.0
 
 
@@ -59,11 +59,11 @@ def test_outputs_are_the_loss_of_the_returned_logprobs(make_host) -> None:  # no
         assert o["elementwise_loss"] == pytest.approx(terms, rel=1e-5)
         want += sum(terms)
     assert out.metrics["loss:sum"] == pytest.approx(want, rel=1e-5)
-    ids = torch.tensor([data[0].tokens])
+    ids = torch.tensor([data[0].tokens], device=host.model.device)
     with torch.no_grad(), host.adapters.active(None):
         logits = host.model(input_ids=ids).logits[0]
     lp = logits.log_softmax(-1).gather(
-        1, torch.tensor(data[0].loss_fn_inputs["target_tokens"])[:, None]
+        1, torch.tensor(data[0].loss_fn_inputs["target_tokens"], device=ids.device)[:, None]
     )
     assert out.loss_fn_outputs[0]["logprobs"] == pytest.approx(lp[:, 0].tolist(), abs=1e-5)
     # the gradient reached this run's B matrices only (A A^T B grads: B's grad nonzero)
@@ -128,8 +128,8 @@ def test_save_for_sampler_loads_with_peft(make_host, tiny_model_dir: Path, tmp_p
     host.save_for_sampler("a", tmp_path / "sampler")
     assert (tmp_path / "sampler" / "adapter_model.safetensors").is_file()
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    model = PeftModel.from_pretrained(base, tmp_path / "sampler").eval()
-    ids = torch.tensor([sft_batch(host)[0].tokens])
+    model = PeftModel.from_pretrained(base, tmp_path / "sampler").eval().to(host.model.device)
+    ids = torch.tensor([sft_batch(host)[0].tokens], device=host.model.device)
     with torch.no_grad():
         theirs = model(input_ids=ids).logits
         with host.adapters.active(host._runs["a"].name):

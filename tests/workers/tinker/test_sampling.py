@@ -21,10 +21,14 @@ def host(make_host):  # noqa: ANN001, ANN201
 
 def teacher_forced(host, weights: str | None, prompt: list[int], tokens: list[int]) -> list[float]:  # noqa: ANN001
     name = host._runs[weights].name if weights in host._runs else None
-    ids = torch.tensor([prompt + tokens])
+    ids = torch.tensor([prompt + tokens], device=host.model.device)
     with torch.no_grad(), host.adapters.active(name):
         logits = host.model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
-    return logits.log_softmax(-1).gather(1, torch.tensor(tokens)[:, None])[:, 0].tolist()
+    return (
+        logits.log_softmax(-1)
+        .gather(1, torch.tensor(tokens, device=ids.device)[:, None])[:, 0]
+        .tolist()
+    )
 
 
 def test_samples_with_their_logprobs(host) -> None:  # noqa: ANN001
@@ -53,10 +57,10 @@ def test_temperature_logprobs_are_the_tempered_policy(host) -> None:  # noqa: AN
     out = host.sample(
         None, prompt, 2, SamplingParams(max_tokens=5, temperature=0.5, seed=1, stop=[])
     )
-    ids = torch.tensor([prompt + out.sequences[0].tokens])
+    ids = torch.tensor([prompt + out.sequences[0].tokens], device=host.model.device)
     with torch.no_grad(), host.adapters.active(None):
         logits = host.model(input_ids=ids).logits[0, len(prompt) - 1 : -1] / 0.5
-    want = logits.log_softmax(-1).gather(1, torch.tensor(out.sequences[0].tokens)[:, None])[:, 0]
+    want = logits.log_softmax(-1).gather(1, ids[0, len(prompt) :, None])[:, 0]
     assert out.sequences[0].logprobs == pytest.approx(want.tolist(), abs=1e-5)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.workers.tinker.conftest import rl_datum, sft_datum
+from tests.workers.tinker.conftest import DEVICE, rl_datum, sft_datum
 from workers.tinker.types import Datum, LoraConfig, SamplingParams, TinkerInputError
 
 
@@ -12,7 +12,9 @@ from workers.tinker.types import Datum, LoraConfig, SamplingParams, TinkerInputE
 def host(tiny_model_dir, tmp_path_factory):  # noqa: ANN001, ANN201
     from workers.tinker.host import LoraHost
 
-    host = LoraHost(tiny_model_dir, state_dir=tmp_path_factory.mktemp("tinker-state"))
+    host = LoraHost(
+        tiny_model_dir, state_dir=tmp_path_factory.mktemp("tinker-state"), device=DEVICE
+    )
     host.create_run("a", LoraConfig(rank=4))
     return host
 
@@ -73,6 +75,11 @@ def test_bad_runs_name_their_field(host) -> None:  # noqa: ANN001
     assert field_of(lambda: host.create_run("b", bad)) == "lora_config.target_modules[1]"
     off = LoraConfig(rank=4, train_attn=False, train_mlp=False, train_unembed=False)
     assert field_of(lambda: host.create_run("b", off)) == "lora_config"
+    # the tiny model ties its unembedding to its embedding: no adapter may go there
+    unembed_only = LoraConfig(rank=4, train_attn=False, train_mlp=False)
+    assert field_of(lambda: host.create_run("b", unembed_only)) == "lora_config"
+    tied = LoraConfig(rank=4, target_modules=["lm_head"])
+    assert field_of(lambda: host.create_run("b", tied)) == "lora_config.target_modules[0]"
     assert field_of(lambda: host.create_run("a", LoraConfig(rank=4))) == "model_id"
     assert field_of(lambda: host.optim_step("b", None)) == "model_id"
     assert not host.has_run("b")
@@ -100,3 +107,19 @@ def test_bad_sampling_requests_name_their_field(host) -> None:  # noqa: ANN001
     stop = SamplingParams(4, stop=[vocab])
     assert field_of(lambda: s("a", [1], 1, stop)) == "sampling_params.stop[0]"
     assert field_of(lambda: s("nope", [1], 1, ok)) == "weights"
+
+
+def test_bad_state_names_path_and_keeps_the_run(host, tmp_path) -> None:  # noqa: ANN001
+    import json
+
+    assert field_of(lambda: host.load_state("a", tmp_path / "none")) == "path"
+    host.save_state("a", tmp_path / "ok")
+    before = host.forward("a", [sft_datum(host.tokenizer, "hello")], "cross_entropy")
+    meta = json.loads((tmp_path / "ok" / "run.json").read_text())
+    meta["config"]["rank"] = 8  # the saved matrices are rank 4: they cannot load
+    (tmp_path / "ok" / "run.json").write_text(json.dumps(meta))
+    assert field_of(lambda: host.load_state("a", tmp_path / "ok")) == "path"
+    after = host.forward("a", [sft_datum(host.tokenizer, "hello")], "cross_entropy")
+    assert after.metrics == before.metrics
+    assert host.has_run("a") and all("loading" not in r for r in host._runs)
+    assert sorted(host._runs) == sorted(host.resident_runs())
