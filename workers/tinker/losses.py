@@ -10,10 +10,14 @@ under the adapter being trained, and the datum's other inputs (T,) each:
 - ppo:                  -min(rho_t * A_t, clip(rho_t, lo, hi) * A_t)
 - cispo:                -sg(clip(rho_t, lo, hi)) * lp_t * A_t
 - dro:                  -(lp_t * A_t - beta / 2 * (lp_t - q_t)^2)
+- gspo (GSPO-token):    ppo's term with rho_t = sg(s) * exp(lp_t - sg(lp_t)), s the geometric
+                        mean of the ratios over the tokens `sequence_ratio_mask` marks (all
+                        tokens without one): every token carries the sequence ratio's value and
+                        its own log-prob's gradient
 
 `lo` / `hi` are ratio thresholds (`loss_fn_config` clip_low_threshold / clip_high_threshold,
 defaults 0.8 / 1.2, Tinker's epsilon 0.2; per-token `loss_fn_inputs` of those names win);
-dro's `beta` defaults to 0.05. Left out: gspo, stable_reinforce and custom losses.
+dro's `beta` defaults to 0.05. Left out: stable_reinforce and custom losses.
 """
 
 from __future__ import annotations
@@ -69,6 +73,16 @@ def dro(lp: Tensor, x: Inputs, cfg: dict[str, float]) -> Tensor:
     return -(lp * x["advantages"] - 0.5 * cfg["beta"] * quadratic)  # (T,)
 
 
+def gspo(lp: Tensor, x: Inputs, cfg: dict[str, float]) -> Tensor:
+    mask = x.get("sequence_ratio_mask", torch.ones_like(lp)) != 0  # (T,)
+    log_ratios = (lp.detach() - x["logprobs"])[mask]  # (M,)
+    log_s = log_ratios.mean() if log_ratios.numel() else lp.new_zeros(())  # ()
+    ratio = torch.exp(log_s + lp - lp.detach())  # (T,) the value s, the gradient of lp_t
+    lo, hi = _thresholds(lp, x, cfg)
+    clipped = torch.clamp(ratio, lo, hi)  # (T,)
+    return -torch.min(ratio * x["advantages"], clipped * x["advantages"])  # (T,)
+
+
 _POLICY = ("logprobs", "advantages")
 _CLIP = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
 _CLIP_INPUTS = tuple(_CLIP)
@@ -79,6 +93,7 @@ LOSSES: dict[str, Loss] = {
     "ppo": Loss(ppo, _POLICY, _CLIP_INPUTS, _CLIP),
     "cispo": Loss(cispo, _POLICY, _CLIP_INPUTS, _CLIP),
     "dro": Loss(dro, _POLICY, (), {"beta": 0.05}),
+    "gspo": Loss(gspo, _POLICY, (*_CLIP_INPUTS, "sequence_ratio_mask"), _CLIP),
 }
 
 # Every loss_fn_inputs name the SDK sends (its Datum's key -> dtype table): a name outside it is

@@ -74,3 +74,19 @@ def test_dro_quadratic_penalty() -> None:
     assert loss == pytest.approx([-(lp * a - 0.5 * beta * x * x)
                                   for lp, a, x in zip(LP, ADV, d, strict=True)])  # fmt: skip
     assert grad == pytest.approx([-(a - beta * x) for a, x in zip(ADV, d, strict=True)])
+
+
+def test_gspo_token_carries_the_sequence_ratio() -> None:
+    # s = exp(mean(0.2, 1.0)) = exp(0.6) = 1.822 over tokens 0, 1 (token 2 out of the mask)
+    s = math.exp(0.6)
+    loss, grad = run("gspo", {"clip_low_threshold": 0.5, "clip_high_threshold": 2.0},
+                     sequence_ratio_mask=[1.0, 1.0, 0.0])  # fmt: skip
+    assert loss == pytest.approx([-s * 1.0, -s * 2.0, s * 1.0])  # nothing clipped
+    # d(-s_t A_t)/d lp_t = -s A_t: each token its own gradient, scaled by the sequence's s
+    assert grad == pytest.approx([-s, -2 * s, s])
+    loss, grad = run("gspo")  # no mask: s over all three tokens; thresholds 0.8 / 1.2
+    s = math.exp((0.2 + 1.0 - 1.0) / 3)  # 1.069: inside [0.8, 1.2]
+    assert loss == pytest.approx([-s, -2 * s, s])
+    assert grad == pytest.approx([-s, -2 * s, s])
+    _, grad = run("gspo", {"clip_high_threshold": 1.05})  # s clipped where A > 0: no gradient
+    assert grad == pytest.approx([0.0, 0.0, s])
