@@ -38,6 +38,7 @@ from workers.tinker.types import (
 )
 
 MAX_SAMPLER_ADAPTERS = 4  # sampler-weights directories kept loaded (reloaded when dropped)
+LOGITS_BUDGET = 2**28  # logits of one forward (1 GiB in fp32): larger batches go in chunks
 
 
 @dataclass
@@ -138,20 +139,40 @@ class LoraHost:
         loss, cfg = check.check_loss(loss_fn, config)
         check.check_data(data, loss_fn, loss, self.limits)
         run = self._load(run_id)
-        outputs, total = [], torch.zeros((), device=self.model.device)
+        outputs, total = [], 0.0
         with self.adapters.active(run.name), torch.set_grad_enabled(train):
-            for datum, lp in zip(data, self._target_logprobs(data), strict=True):
-                used = {k: v for k, v in datum.loss_fn_inputs.items()
-                        if k in loss.required or k in loss.optional}  # fmt: skip
-                inputs = {k: torch.tensor(v, dtype=torch.float32, device=lp.device)
-                          for k, v in used.items()}  # fmt: skip
-                elementwise = loss.fn(lp, inputs, cfg)  # (T,)
-                total = total + elementwise.sum()
-                outputs.append({"logprobs": lp.detach().tolist(),
-                                "elementwise_loss": elementwise.detach().tolist()})  # fmt: skip
-            if train:
-                total.backward()
-        return ForwardResult(outputs, {"loss:sum": float(total.detach())})
+            for chunk in self._chunks(data):  # the loss is a sum: each chunk's backward adds up
+                chunk_loss = torch.zeros((), device=self.model.device)
+                for datum, lp in zip(chunk, self._target_logprobs(chunk), strict=True):
+                    used = {k: v for k, v in datum.loss_fn_inputs.items()
+                            if k in loss.required or k in loss.optional}  # fmt: skip
+                    inputs = {k: torch.tensor(v, dtype=torch.float32, device=lp.device)
+                              for k, v in used.items()}  # fmt: skip
+                    elementwise = loss.fn(lp, inputs, cfg)  # (T,)
+                    chunk_loss = chunk_loss + elementwise.sum()
+                    outputs.append({"logprobs": lp.detach().tolist(),
+                                    "elementwise_loss": elementwise.detach().tolist()})  # fmt: skip
+                if train:
+                    chunk_loss.backward()
+                total += float(chunk_loss.detach())
+        return ForwardResult(outputs, {"loss:sum": total})
+
+    def _chunks(self, data: list[Datum]) -> list[list[Datum]]:
+        """Consecutive data whose padded logits (rows x longest x vocabulary) stay under
+        LOGITS_BUDGET elements: a large vocabulary's logits are most of a pass's memory."""
+        chunks: list[list[Datum]] = [[]]
+        width = 0
+        for datum in data:
+            wider = max(width, len(datum.tokens))
+            if (
+                chunks[-1]
+                and (len(chunks[-1]) + 1) * wider * self.limits.vocab_size > LOGITS_BUDGET
+            ):
+                chunks.append([])
+                wider = len(datum.tokens)
+            chunks[-1].append(datum)
+            width = wider
+        return chunks
 
     def _target_logprobs(self, data: list[Datum]) -> list[torch.Tensor]:
         """log pi(target_tokens[t] | tokens[:t + 1]) (T_i,) per datum, under the active adapter.

@@ -166,3 +166,24 @@ def test_eviction_and_reload_keep_results_exact(make_host) -> None:  # noqa: ANN
     assert host.resident_runs() == ["b"]
     host.delete_run("c")
     assert not host.has_run("c")
+
+
+def test_chunked_batches_give_the_whole_batch_loss_and_gradients(make_host, monkeypatch) -> None:  # noqa: ANN001
+    import workers.tinker.host as host_module
+
+    host = make_host()
+    host.create_run("a", LoraConfig(rank=4))
+    train(host, "a", 1)  # B != 0: every matrix gets a gradient
+    params = host.adapters.parameters(host._runs["a"].name)
+    whole = host.forward_backward("a", sft_batch(host), "cross_entropy")
+    grads = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    monkeypatch.setattr(host_module, "LOGITS_BUDGET", 1)  # one datum a chunk
+    assert [len(c) for c in host._chunks(sft_batch(host))] == [1, 1, 1]
+    split = host.forward_backward("a", sft_batch(host), "cross_entropy")
+    assert split.metrics["loss:sum"] == pytest.approx(whole.metrics["loss:sum"], abs=1e-4)
+    for a, b in zip(split.loss_fn_outputs, whole.loss_fn_outputs, strict=True):
+        assert a["logprobs"] == pytest.approx(b["logprobs"], abs=1e-5)
+    for p, g in zip(params, grads, strict=True):
+        assert torch.allclose(p.grad, g, atol=1e-5)
