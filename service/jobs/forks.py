@@ -25,7 +25,7 @@ from service.storage import ObjectStorage
 FORKABLE = frozenset(
     {
         "name", "verifiers", "eval_verifiers", "checkpoint_every", "eval_every",
-        "keep_checkpoints", "rollouts", "queue", "resources.devices",
+        "keep_checkpoints", "rollouts", "queue", "resources.devices", "resources.rollout_devices",
         "grpo.steps", "grpo.learning_rate", "grpo.beta", "grpo.weight_decay",
         "grpo.clip_epsilon", "grpo.clip_epsilon_high", "grpo.max_grad_norm",
         "grpo.num_iterations", "grpo.loss_aggregation", "grpo.std", "grpo.micro_batch_size",

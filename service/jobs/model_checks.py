@@ -94,8 +94,9 @@ def check_memory(
     body: JobCreate, model: CatalogModel, prompt_tokens: int, settings: Settings
 ) -> tuple[MemoryEstimate, list[FieldError]]:
     """The run's estimated peak memory on one of its `resources.devices` devices (sharded
-    across them: `memory.estimate_memory`), refused when it exceeds a device of the queue."""
-    devices = body.resources.devices
+    across them: `memory.estimate_memory`), refused when it exceeds a device of the queue.
+    Rollout devices hold a whole copy of the model and no optimiser: the trainer's is larger."""
+    devices = body.resources.devices - body.resources.rollout_devices
     estimate = estimate_memory(
         model_shape(model), body, prompt_tokens, lora_targets(body, model), devices
     )

@@ -45,6 +45,14 @@ class Resources(BaseModel):
         "trains on, on one worker; grpo.prompts_per_step must split into whole groups across "
         "them. A queue's live workers must own as many (`grpo-service worker --devices N`).",
     )
+    rollout_devices: int = Field(
+        0,
+        ge=0,
+        le=1,
+        description="Of `devices`, how many only generate rollouts (0 or 1): with "
+        "grpo.max_off_policy_steps >= 1 the generator decodes on its own device while the "
+        "trainer trains on the other, so devices = rollout_devices + 1.",
+    )
 
 
 class JobCreate(TrainSpec):

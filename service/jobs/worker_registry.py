@@ -123,8 +123,21 @@ def check_devices(session: Session, body: JobCreate, settings: Settings) -> list
     """`resources.devices` the batch splits across, and no more than the queue's live workers
     own (a queue nobody serves yet accepts any: a worker may be on its way)."""
     devices, path = body.resources.devices, "$.resources.devices"
+    rollout = body.resources.rollout_devices
+    if rollout and not body.grpo.max_off_policy_steps:
+        message = (
+            "rollout devices generate rollouts ahead of training: set "
+            "grpo.max_off_policy_steps to 1 or more, or rollout_devices to 0"
+        )
+        return [FieldError(path="$.resources.rollout_devices", message=message)]
+    if rollout and devices != rollout + 1:
+        message = (
+            f"rollouts generated ahead train on one device: resources.devices must be "
+            f"rollout_devices + 1 = {rollout + 1}, not {devices}"
+        )
+        return [FieldError(path=path, message=message)]
     try:
-        check_world(body, devices, knob="resources.devices")
+        check_world(body, devices - rollout, knob="resources.devices")
     except WorldSizeError as exc:
         return [FieldError(path=path, message=str(exc))]
     capacity = queue_capacity(session, body.queue, settings) if devices > 1 else None

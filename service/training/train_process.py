@@ -35,7 +35,6 @@ def main(argv: list[str]) -> int:
     from service.models import Job
     from service.settings import get_settings
     from service.training.progress import Beacon
-    from service.training.runner import run_claimed
     from workers.observability import JsonFormatter
 
     handler = logging.StreamHandler()
@@ -49,7 +48,9 @@ def main(argv: list[str]) -> int:
         if job is None or job.epoch != epoch:
             return 0  # taken over before we started: nothing of it is ours
         session.expunge(job)
-    if job.devices > 1:
+    from service.training.runner import run_claimed, trainer_ranks
+
+    if trainer_ranks(job) > 1:
         from service.training.ranks import run_group
 
         return run_group(job, epoch, settings, beacon, release)

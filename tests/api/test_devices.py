@@ -76,7 +76,7 @@ def test_a_queue_without_live_workers_accepts_any_count(api: RunningService) -> 
     r = _submit(client, make_dataset(client), devices=4)
     assert r.status_code == 201, r.text
     job = r.json()
-    assert job["spec"]["resources"] == {"devices": 4}
+    assert job["spec"]["resources"] == {"devices": 4, "rollout_devices": 0}
     types = [e["type"] for e in client.get(f"/v1/jobs/{job['id']}/events").json()["data"]]
     assert "no_worker" in types
     client.post(f"/v1/jobs/{job['id']}/cancel")
@@ -118,3 +118,33 @@ def test_a_worker_that_has_just_started_silences_the_warning_at_once(api: Runnin
     assert _warned(client, dataset)
     with _live_worker(api):
         assert not _warned(client, dataset)
+
+
+def test_rollout_devices_need_rollouts_ahead_and_one_training_device(api: RunningService) -> None:
+    client = tenant_client(api)
+    make_verifier(client)
+    dataset = make_dataset(client)
+
+    def submit(resources: dict, k: int) -> httpx.Response:
+        grpo = {"steps": 2, "prompts_per_step": 4, "group_size": 2, "max_off_policy_steps": k}
+        return client.post("/v1/jobs", json=job_body(dataset, grpo=grpo, resources=resources))
+
+    body = problem(submit({"devices": 2, "rollout_devices": 1}, k=0), 422)
+    assert body["errors"][0]["path"] == "$.resources.rollout_devices"
+    assert "grpo.max_off_policy_steps to 1 or more" in body["errors"][0]["message"]
+    body = problem(submit({"devices": 3, "rollout_devices": 1}, k=1), 422)
+    assert body["errors"][0]["path"] == "$.resources.devices"
+    assert "must be rollout_devices + 1 = 2, not 3" in body["errors"][0]["message"]
+    assert error_paths(submit({"devices": 3, "rollout_devices": 2}, k=1)) == [
+        "$.resources.rollout_devices"
+    ]  # one rollout device at most
+    # without rollout devices, rollouts made ahead still run on one process
+    body = problem(submit({"devices": 2}, k=1), 422)
+    assert (
+        "max_off_policy_steps (rollouts generated ahead) runs on one process"
+        in (body["errors"][0]["message"])
+    )
+    accepted = submit({"devices": 2, "rollout_devices": 1}, k=1)  # no live worker: any count
+    assert accepted.status_code == 201, accepted.text
+    assert accepted.json()["spec"]["resources"] == {"devices": 2, "rollout_devices": 1}
+    client.post(f"/v1/jobs/{accepted.json()['id']}/cancel")

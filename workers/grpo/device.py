@@ -29,6 +29,20 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def next_device(device: torch.device) -> str:
+    """The device after `device`, for a generator of its own (`rollout_devices`): the next CUDA
+    device; on a CPU the CPU (the same cores, the code path of two devices)."""
+    if device.type != "cuda":
+        return "cpu"
+    index = (device.index or 0) + 1
+    if index >= torch.cuda.device_count():
+        raise ValueError(
+            f"rollout_devices: no CUDA device after {device} (this process sees "
+            f"{torch.cuda.device_count()})"
+        )
+    return f"cuda:{index}"
+
+
 def device_kind(device: str | torch.device | None = None) -> str:
     """What usage is counted against: `cpu`, or `cuda:<device name>` (`cuda:NVIDIA H200`)."""
     dev = torch.device(device or default_device())

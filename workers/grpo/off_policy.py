@@ -60,12 +60,38 @@ class SerializedScorer:
             return self.inner.score(samples)
 
 
-def generator_copy(model: Any) -> Any:
+def generator_copy(model: Any, device: str | torch.device | None = None) -> Any:
     """The generator's model: a copy whose frozen parameters are the trainer's own tensors
-    (read by both, written by neither) and whose trained parameters are copies."""
+    (read by both, written by neither) and whose trained parameters are copies. With a
+    rollout `device` (`resources.rollout_devices`; on a CPU the CPU) a whole copy there."""
+    if device is not None:
+        return copy.deepcopy(model).to(device).eval()
     shared = {id(p): p for p in model.parameters() if not p.requires_grad}
     twin = copy.deepcopy(model, memo=dict(shared))
     return twin.eval()
+
+
+def moved(value: Any, device: torch.device, depth: int = 0) -> Any:
+    """`value` with every tensor it holds (dataclasses, dicts, lists, tuples, a few levels
+    deep) on `device`: a batch made on the rollout device, for the trainer's. What holds no
+    tensor is the same object (records are known by identity)."""
+    if isinstance(value, Tensor):
+        return value.to(device)
+    if depth > 4:
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        old = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
+        new = {k: moved(v, device, depth + 1) for k, v in old.items()}
+        same = all(new[k] is v for k, v in old.items())
+        return value if same else dataclasses.replace(value, **new)
+    if isinstance(value, dict):
+        new_items = {k: moved(v, device, depth + 1) for k, v in value.items()}
+        return value if all(new_items[k] is v for k, v in value.items()) else new_items
+    if isinstance(value, list | tuple):
+        new_list = [moved(v, device, depth + 1) for v in value]
+        same = all(a is b for a, b in zip(new_list, value, strict=True))
+        return value if same else type(value)(new_list)
+    return value
 
 
 # Makes batch b (1-based) on the generator's thread: (on_event) -> (rollout, sampler log-probs,
@@ -106,8 +132,12 @@ class RolloutsAhead:
         max_off_policy_steps: int,
         start: int,
         last_step: int,
+        trainer_device: torch.device | None = None,
     ) -> None:
+        """`trainer_device`: where the trainer reads the batches, when the generator's model
+        is on another device (None: the same)."""
         self.make_batch, self.trained = make_batch, trained  # the generator's trained params
+        self.trainer_device = trainer_device
         self.k, self.start, self.last = max_off_policy_steps, start, last_step
         self.version = start  # the updates the generator's weights hold
         self.published: dict[int, list[Tensor]] = {}
@@ -135,6 +165,11 @@ class RolloutsAhead:
             batch = self.queue.popleft()
             self.lock.notify_all()
         self.resume_state = batch.resume_state
+        if self.trainer_device is not None:  # made on the rollout device: copied over
+            batch = moved(batch, self.trainer_device)
+            if self.trainer_device.type == "cuda":  # before the originals' memory is reused
+                torch.cuda.current_stream(self.trainer_device).synchronize()
+            return batch
         if self.stream is not None:  # made (and synchronised) on the generator's stream
             current = torch.cuda.current_stream(self.stream.device)
             for tensor in _tensors(batch):
@@ -147,8 +182,8 @@ class RolloutsAhead:
         if version > self.needed_version(self.last):
             return
         snapshot = [p.detach().clone() for p in params]
-        if self.stream is not None:  # the generator's stream reads them once they are there
-            torch.cuda.current_stream(self.stream.device).synchronize()
+        if params and params[0].is_cuda:  # the generator's stream reads them once they are there
+            torch.cuda.current_stream(params[0].device).synchronize()
         with self.lock:
             self.published[version] = snapshot
             self.lock.notify_all()

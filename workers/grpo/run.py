@@ -96,6 +96,7 @@ class Run:
     # a resumed checkpoint saved for it
     ahead: RolloutsAhead | None = None
     saved_ahead: dict[str, Any] | None = None
+    rollout_device: str | None = None  # the generator's device (None: the trainer's)
     _record_index: dict[int, int] = field(default_factory=dict)  # id(record) -> its index
 
     def draw(self, k: int) -> list[dict]:
@@ -231,7 +232,7 @@ def rollouts_ahead(run: Run, saved: dict[str, Any] | None) -> RolloutsAhead:
     g, gen, tokenizer = run.spec.grpo, run.spec.generation, run.policy.tokenizer
     if run.world.size > 1 or run.episodes is not None:  # refused at submission (`world.py`)
         raise ValueError("max_off_policy_steps runs on one process, without episodes")
-    model = generator_copy(run.policy.model)
+    model = generator_copy(run.policy.model, run.rollout_device)
     trained = [p for p in model.parameters() if p.requires_grad]
     backend = select_backend(model)  # no decode records: no trainer's forward could use them
     backend.prepare(model)
@@ -251,4 +252,6 @@ def rollouts_ahead(run: Run, saved: dict[str, Any] | None) -> RolloutsAhead:
         return roll, lp, {"data": run.stream.state_dict(), "sampler": generator.get_state()}
 
     run.eval_scorers = [SerializedScorer(s, lock) for s in run.eval_scorers]
-    return RolloutsAhead(make_batch, trained, g.max_off_policy_steps, run.step, g.steps)
+    # batches made on a rollout device are moved to the trainer's (on a CPU: the same tensors)
+    home = next(run.policy.model.parameters()).device if run.rollout_device else None
+    return RolloutsAhead(make_batch, trained, g.max_off_policy_steps, run.step, g.steps, home)

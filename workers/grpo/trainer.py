@@ -32,6 +32,7 @@ from workers.environments import EnvironmentSession
 from workers.grpo.advantages import group_advantages, zero_std_group_fraction
 from workers.grpo.checkpoint import NotResumable, check_resumable
 from workers.grpo.config import TrainSpec
+from workers.grpo.device import next_device
 from workers.grpo.episode_rollout import EpisodeRollout, Played
 from workers.grpo.evaluation import evaluate
 from workers.grpo.flat_rewards import FlatRewardWatch
@@ -69,6 +70,7 @@ def train(
     *,
     resume_from: Path | None = None,
     device: str | None = None,
+    rollout_devices: int = 0,
     eval_records: list[dict] | None = None,
     eval_scorers: list[Scorer] | None = None,
     weights: BaseWeights | None = None,
@@ -76,6 +78,8 @@ def train(
 ) -> TrainResult:
     """Run `spec.grpo.steps` GRPO steps (from the checkpoint's step + 1 when resuming).
 
+    `rollout_devices` 1 (with `grpo.max_off_policy_steps` >= 1): the generator samples on the
+    device after the trainer's (`device.next_device`), with a whole copy of the model there.
     With `eval_records`, the policy is evaluated every `spec.eval_every` steps and at the last
     step with `eval_scorers` (default: the training `scorers`). With `environment` (the open
     session of `spec.environment`), every completion is an episode (`episode_rollout.py`).
@@ -89,6 +93,10 @@ def train(
         max_turns = spec.environment.max_turns
         run.episodes = EpisodeRollout.of(environment, run.policy, max_turns, run.generator)
     run.eval_records, run.eval_scorers = list(eval_records or []), list(eval_scorers or scorers)
+    if rollout_devices:  # the generator decodes on the next device
+        if not spec.grpo.max_off_policy_steps:
+            raise ValueError("rollout_devices needs grpo.max_off_policy_steps >= 1")
+        run.rollout_device = next_device(next(run.policy.model.parameters()).device)
     if spec.grpo.max_off_policy_steps:
         run.ahead = rollouts_ahead(run, run.saved_ahead)
         run.ahead.begin()

@@ -161,6 +161,45 @@ def test_the_generators_error_is_raised_by_train_and_its_thread_ends(
     assert not [t for t in threading.enumerate() if t.name == "grpo-rollouts"]
 
 
+def test_a_rollout_device_trains_as_the_shared_generator(
+    tiny_model, digit_records, digit_scorer, tmp_path
+):
+    """`rollout_devices` 1: the generator samples from a whole copy of the model on the next
+    device (on a CPU the CPU), its batches handed over through `moved`; the run's metrics are
+    those of the generator that shares the trainer's frozen tensors."""
+    spec = small_spec(tiny_model, steps=3, max_off_policy_steps=1)
+    runs = []
+    for devices in (0, 1):
+        hooks = Recorder()
+        train(spec, digit_records, [digit_scorer], tmp_path / str(devices), hooks,
+              rollout_devices=devices)  # fmt: skip
+        runs.append(hooks.metrics)
+    shared, own = runs
+    for step in (1, 2, 3):
+        for key in ("loss", "reward_mean", "is_weight_mean", "off_policy_steps_mean"):
+            assert own[step][key] == pytest.approx(shared[step][key], abs=1e-6), (step, key)
+    with pytest.raises(ValueError, match="max_off_policy_steps"):
+        train(small_spec(tiny_model, steps=1), digit_records, [digit_scorer], tmp_path / "x",
+              Recorder(), rollout_devices=1)  # fmt: skip
+
+
+def test_a_batch_made_on_another_device_is_moved_whole():
+    from workers.grpo.off_policy import moved
+    from workers.grpo.rollout import Rollout
+    from workers.grpo.sampling import Generation
+
+    ids = torch.ones(2, 3, dtype=torch.long)
+    gen = Generation(ids, ids, ids, ids.float(), ["a", "b"], torch.zeros(2, dtype=torch.bool))
+    records = [{"prompt": "p"}, {"prompt": "q"}]
+    roll = Rollout(records, gen, torch.ones(2), torch.ones(2), {"m": 1.0})
+    out = moved(roll, torch.device("meta"))
+    assert out is not roll and out.generation is not gen
+    assert out.records is records  # no tensor inside: the same records (known by identity)
+    assert out.generation.completion_ids.device.type == "meta"
+    assert out.rewards.device.type == "meta" and out.generation.texts == ["a", "b"]
+    assert roll.rewards.device.type == "cpu"  # the original is left as it was
+
+
 def test_a_lora_generator_shares_the_frozen_base_and_takes_the_adapter_alone():
     from peft import LoraConfig, get_peft_model
 
@@ -173,3 +212,5 @@ def test_a_lora_generator_shares_the_frozen_base_and_takes_the_adapter_alone():
     assert all((a is b) != a.requires_grad for a, b in pairs)  # frozen: shared; adapter: own
     trained = [b for a, b in pairs if a.requires_grad]
     assert trained and all("lora_" in n for n, p in twin.named_parameters() if p.requires_grad)
+    whole = generator_copy(model, "cpu")  # a rollout device: nothing shared
+    assert not any(a is b for a, b in zip(model.parameters(), whole.parameters(), strict=True))
