@@ -366,3 +366,22 @@ def test_the_padding_token_embedding_gets_no_gradient() -> None:
     grad = model.model.embed_tokens.weight.grad
     assert model.model.embed_tokens.padding_idx == 0
     assert (grad[0] == 0).all() and (grad[5] != 0).any()
+
+
+@pytest.mark.parametrize(("x_dtype", "w_dtype"), [(torch.float32, torch.float32),
+                                                  (torch.bfloat16, torch.bfloat16),
+                                                  (torch.bfloat16, torch.float32)])  # fmt: skip
+def test_the_fused_norm_gpus_take_is_hfs_rms_norm(x_dtype, w_dtype) -> None:
+    """`fused_rms` (the norm on a GPU) computes what HF's RMSNorm computes, in its dtypes."""
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
+
+    gen = torch.Generator().manual_seed(7)
+    x = (torch.randn(3, 5, 64, generator=gen) * 3).to(x_dtype)
+    hf = Qwen2RMSNorm(64, eps=1e-6).to(w_dtype)
+    with torch.no_grad():
+        hf.weight.copy_(torch.randn(64, generator=gen))
+    expected = hf(x)
+    got = lean.fused_rms(x, (hf.weight, 1e-6))
+    assert got.dtype == expected.dtype
+    tol = 1e-5 if x_dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(got, expected, atol=tol, rtol=tol)
