@@ -35,6 +35,7 @@ from service.secrets.router import router as secrets_router
 from service.settings import Settings, get_settings
 from service.storage import open_storage_from_settings
 from service.tensorboard.router import router as tensorboard_router
+from service.tinker.router import router as tinker_router
 from service.ui.router import router as ui_router
 from service.usage.router import router as usage_router
 from service.verifiers.router import router as verifiers_router
@@ -100,6 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         secrets_router,
         webhooks_router,
         tensorboard_router,
+        tinker_router,  # /api/v1: the Tinker SDK's routes (docs/tinker.md)
     )
     for router in routers:
         app.include_router(router)

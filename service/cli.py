@@ -13,7 +13,13 @@ from rich.console import Console
 from service.auth.cli import app as keys_app
 from service.catalog.cli import app as models_app
 from service.secrets.cli import app as secrets_app
-from service.supervisor import Supervisor, api_command, serve_command, worker_command
+from service.supervisor import (
+    Supervisor,
+    api_command,
+    serve_command,
+    tinker_worker_command,
+    worker_command,
+)
 from service.usage.cli import app as tenants_app
 
 app = typer.Typer(
@@ -131,9 +137,12 @@ def up(
         int | None,
         typer.Option(help="serve's port on 127.0.0.1 (default: --port + 1 when free)."),
     ] = None,
+    tinker: Annotated[
+        bool, typer.Option(help="Also run `tinker-worker` (the Tinker API's requests).")
+    ] = True,
 ) -> None:
-    """Embedded mode: migrate, then run the API, one worker and the inference backend together
-    until Ctrl-C/SIGTERM."""
+    """Embedded mode: migrate, then run the API, one worker, the inference backend and the
+    Tinker worker together until Ctrl-C/SIGTERM."""
     from service.core.migrate import upgrade
     from service.jobs.worker_registry import registered
     from service.settings import get_settings
@@ -146,6 +155,8 @@ def up(
     commands = [api_command(host, port), worker_command("gpu")]
     if serve and not settings.inference_url:
         commands.append(_embedded_serve(serve_port or _free_port_near(port + 1)))
+    if tinker:
+        commands.append(tinker_worker_command())
     with registered(["gpu"], settings):
         code = Supervisor(commands, grace_seconds=grace_seconds, reconcile=True).run()
     raise typer.Exit(code)
@@ -188,6 +199,24 @@ def serve(host: HostOpt = "127.0.0.1", port: PortOpt = 8001) -> None:
         console.print("error: set GRPO_INFERENCE_TOKEN (the API sends the same value)", style="red")
         raise typer.Exit(2)
     raise typer.Exit(Supervisor([serve_command(host, port)]).run())
+
+
+@app.command("tinker-worker")
+def tinker_worker(
+    device: Annotated[
+        str | None,
+        typer.Option(help="cpu, cuda, cuda:1 (default GRPO_SERVE_DEVICE, else CUDA when present)."),
+    ] = None,
+) -> None:
+    """Execute the Tinker API's queued requests (docs/tinker.md): one base model loaded once
+    per catalog model asked for, every run an adapter on it."""
+    import logging
+
+    from service.settings import get_settings
+    from service.tinker.worker import run_worker
+
+    logging.basicConfig(level=logging.INFO)
+    run_worker(get_settings(), device)
 
 
 @app.command("create-api-key")

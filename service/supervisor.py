@@ -40,6 +40,11 @@ def serve_command(host: str, port: int) -> list[str]:
     ]  # fmt: skip
 
 
+def tinker_worker_command() -> list[str]:
+    """The Tinker API's worker (service/tinker/worker.py): it loads torch at its first request."""
+    return [sys.executable, "-m", "service.cli", "tinker-worker"]
+
+
 def worker_command(queue: str) -> list[str]:
     # One job per GPU, a fresh child per job; no broadcast features (the embedded broker has none).
     return [

@@ -16,6 +16,10 @@ from service.models.preflight import PREFLIGHT_FINAL, Preflight
 from service.models.rollout_file import RolloutFile
 from service.models.tenant import Tenant
 from service.models.tenant_secret import TenantSecret
+from service.models.tinker_checkpoint import TinkerCheckpoint
+from service.models.tinker_request import TinkerRequest
+from service.models.tinker_run import TinkerRun
+from service.models.tinker_session import TinkerSession
 from service.models.verifier import VerifierVersion
 from service.models.versioned import NamedVersion
 from service.models.webhook import Webhook
@@ -46,6 +50,10 @@ __all__ = [
     "RolloutFile",
     "Tenant",
     "TenantSecret",
+    "TinkerCheckpoint",
+    "TinkerRequest",
+    "TinkerRun",
+    "TinkerSession",
     "VerifierVersion",
     "Webhook",
     "WebhookDelivery",

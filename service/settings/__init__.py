@@ -14,6 +14,7 @@ from service.settings.preflight import PreflightSettings
 from service.settings.quotas import QuotaSettings
 from service.settings.sandbox import SandboxSettings
 from service.settings.storage import StorageSettings
+from service.settings.tinker import TinkerSettings
 from service.settings.trackers import TrackerSettings
 from service.settings.webhooks import WebhookSettings
 from service.settings.workers import QueueSettings, WorkerSettings
@@ -26,6 +27,7 @@ __all__ = ["QueueSettings", "Settings", "get_settings"]
 # orders fields from the last base to the first: listed backwards, the fields (model_fields,
 # the schema, model_dump) run storage first and inference last, as in the old single class.
 class Settings(
+    TinkerSettings,
     InferenceSettings,
     WebhookSettings,
     TrackerSettings,

@@ -1,0 +1,210 @@
+"""Tinker requests as futures in the database: the API queues one (`submit`), a tinker worker
+claims and executes it (`claim_next`, `finish`), retrieve_future reads it back (`load`).
+
+Order and fairness: a tenant's requests run oldest first (one at a time, so a run's requests
+run in the order the SDK sent them: it sends the next only once the previous was accepted);
+tenants take turns, the one served longest ago first. A claim is one conditional UPDATE on the
+status it leaves (`queued`), so two workers never both take a request, on PostgreSQL as on
+SQLite, with no lock held between the read and the claim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from service.core.ids import new_id
+from service.models import CatalogModel, TinkerRequest, TinkerRun
+from service.models.base import utcnow
+from service.tinker.service import LOSSES, bad_request, missing
+
+OPEN = ("queued", "running")
+# What each loss reads per token besides the input (the SDK's loss_fn_inputs names).
+_REQUIRED = {
+    "cross_entropy": ("target_tokens",),
+    "importance_sampling": ("target_tokens", "logprobs", "advantages"),
+    "ppo": ("target_tokens", "logprobs", "advantages"),
+    "cispo": ("target_tokens", "logprobs", "advantages"),
+    "dro": ("target_tokens", "logprobs", "advantages"),
+}
+MAX_SAMPLES = 64
+
+
+def submit(
+    session: Session,
+    tenant_id: str,
+    kind: str,
+    base_model: str,
+    payload: dict[str, Any],
+    run: TinkerRun | None = None,
+    *,
+    status: str = "queued",
+    result: dict[str, Any] | None = None,
+) -> TinkerRequest:
+    """A new future; `status` "done" with its `result` for what the API answers itself."""
+    row = TinkerRequest(
+        id=new_id("tkq"),
+        tenant_id=tenant_id,
+        run_id=run.id if run else None,
+        base_model=base_model,
+        kind=kind,
+        payload=payload,
+        status=status,
+        result=result,
+        finished_at=utcnow() if status == "done" else None,
+    )
+    if run is not None:
+        run.last_request_at = utcnow()
+    session.add(row)
+    session.flush()
+    return row
+
+
+def load(session: Session, tenant_id: str, request_id: str) -> TinkerRequest:
+    row = session.scalars(select(TinkerRequest).where(TinkerRequest.id == request_id)).first()
+    if row is None or row.tenant_id != tenant_id:
+        raise missing("request", request_id)
+    return row
+
+
+def queue_position(session: Session, row: TinkerRequest) -> int:
+    """Requests queued or running ahead of this one (0: it runs now, or next)."""
+    ahead = session.scalar(
+        select(func.count())
+        .select_from(TinkerRequest)
+        .where(TinkerRequest.status.in_(OPEN), TinkerRequest.seq < row.seq)
+    )
+    return int(ahead or 0)
+
+
+# Validation at submission: what the engine would refuse, answered as a 400 before queueing.
+
+
+def check_tokens(tokens: list[int], model: CatalogModel, field: str) -> None:
+    if not tokens:
+        raise bad_request(field, "no tokens")
+    if len(tokens) > model.context_length:
+        raise bad_request(field, f"{len(tokens)} tokens, over the context ({model.context_length})")
+    for i, token in enumerate(tokens):
+        if not 0 <= token < model.vocab_size:
+            raise bad_request(f"{field}[{i}]", f"token id {token} outside [0, {model.vocab_size})")
+
+
+def check_forward_backward(body: Mapping[str, Any], model: CatalogModel) -> None:
+    loss = body.get("loss_fn") or ""
+    if loss not in LOSSES:
+        raise bad_request("loss_fn", f"unknown or unsupported loss '{loss}' ({', '.join(LOSSES)})")
+    data = body.get("data") or []
+    if not data:
+        raise bad_request("data", "no datums")
+    for i, datum in enumerate(data):
+        tokens = datum["tokens"]
+        check_tokens(tokens, model, f"data[{i}].model_input")
+        inputs: dict[str, list[Any]] = datum["loss_fn_inputs"]
+        for name in _REQUIRED[loss]:
+            if name not in inputs:
+                raise bad_request(f"data[{i}].loss_fn_inputs.{name}", f"required by {loss}")
+        for name, values in inputs.items():
+            if len(values) != len(tokens):
+                raise bad_request(
+                    f"data[{i}].loss_fn_inputs.{name}",
+                    f"{len(values)} values for {len(tokens)} input tokens",
+                )
+        for j, target in enumerate(inputs["target_tokens"]):
+            if not 0 <= int(target) < model.vocab_size:
+                raise bad_request(
+                    f"data[{i}].loss_fn_inputs.target_tokens[{j}]",
+                    f"token id {int(target)} outside [0, {model.vocab_size})",
+                )
+
+
+def check_sample(prompt: list[int], num_samples: int, max_tokens: int | None, model: CatalogModel):
+    check_tokens(prompt, model, "prompt")
+    if num_samples > MAX_SAMPLES:
+        raise bad_request("num_samples", f"at most {MAX_SAMPLES}")
+    if max_tokens is None or max_tokens < 1:
+        raise bad_request("sampling_params.max_tokens", "a positive number of tokens is needed")
+    if len(prompt) + max_tokens > model.context_length:
+        raise bad_request(
+            "sampling_params.max_tokens",
+            f"prompt + max_tokens over the context ({model.context_length})",
+        )
+
+
+# The worker's side
+
+
+def claim_next(
+    session: Session,
+    worker: str,
+    last_served: Mapping[str, float],
+    bases: Collection[str] | None = None,
+) -> TinkerRequest | None:
+    """The next request for this worker, or None: the oldest queued request of the tenant
+    served longest ago, among tenants with nothing running (a tenant's requests one at a time)."""
+    queued = select(TinkerRequest.tenant_id, func.min(TinkerRequest.seq)).where(
+        TinkerRequest.status == "queued"
+    )
+    if bases is not None:
+        queued = queued.where(TinkerRequest.base_model.in_(list(bases)))
+    heads = session.execute(queued.group_by(TinkerRequest.tenant_id)).tuples().all()
+    busy = set(
+        session.scalars(
+            select(TinkerRequest.tenant_id).where(TinkerRequest.status == "running").distinct()
+        )
+    )
+    for tenant_id, seq in sorted(heads, key=lambda h: (last_served.get(h[0], 0.0), h[1])):
+        if tenant_id in busy:
+            continue
+        claimed = session.execute(
+            update(TinkerRequest)
+            .where(TinkerRequest.seq == seq, TinkerRequest.status == "queued")
+            .values(status="running", started_at=utcnow(), worker=worker)
+            .execution_options(synchronize_session=False)
+        ).rowcount
+        if claimed:
+            return session.get(TinkerRequest, seq, populate_existing=True)
+    return None
+
+
+def finish(
+    session: Session,
+    seq: int,
+    *,
+    result: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+    device_seconds: float = 0.0,
+) -> None:
+    session.execute(
+        update(TinkerRequest)
+        .where(TinkerRequest.seq == seq, TinkerRequest.status == "running")
+        .values(
+            status="failed" if error is not None else "done",
+            result=result,
+            error=error,
+            device_seconds=device_seconds,
+            finished_at=utcnow(),
+        )
+        .execution_options(synchronize_session=False)
+    )
+
+
+def fail_abandoned(session: Session, worker: str) -> int:
+    """Requests this worker (by name) was running when it stopped: failed, for the SDK to see."""
+    return session.execute(
+        update(TinkerRequest)
+        .where(TinkerRequest.status == "running", TinkerRequest.worker == worker)
+        .values(
+            status="failed",
+            error={"error": "the worker stopped while running this request", "category": "server"},
+            finished_at=utcnow(),
+        )
+        .execution_options(synchronize_session=False)
+    ).rowcount
+
+
+def new_checkpoint_id() -> str:
+    return new_id("tkc")

@@ -1,0 +1,289 @@
+"""Tinker sessions, training runs, sampling sessions and checkpoints: the rows the routes read
+and write. Another tenant's row is looked up like a missing one (the same 404 with the same
+words), so an id or a tinker:// path says nothing about who owns it. No web framework here."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.core.ids import new_id
+from service.core.problems import FieldError, ProblemError
+from service.jobs.budget import refuse_over_budget
+from service.models import CatalogModel, TinkerCheckpoint, TinkerRun, TinkerSession
+from service.models.base import utcnow
+from service.tinker import schemas
+
+MAX_LORA_RANK = 128  # the adapter and its Adam moments stay small beside the shared base
+# The loss functions of the SDK's LossFnType the engine implements (workers/tinker/losses.py);
+# gspo, stable_reinforce and custom (a traced client-side graph) are not.
+LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro")
+KIND_SEGMENT = {"training": "weights", "sampler": "sampler_weights"}
+SEGMENT_KIND = {v: k for k, v in KIND_SEGMENT.items()}
+
+
+def bad_request(field: str, message: str) -> ProblemError:
+    """400, the status the SDK's own server answers for a bad request (BadRequestError)."""
+    return ProblemError(
+        400, "Bad Request", f"{field}: {message}", errors=[FieldError(path=field, message=message)]
+    )
+
+
+def missing(kind: str, ident: str) -> ProblemError:
+    return ProblemError(404, "Not Found", f"{kind} '{ident}' not found")
+
+
+# Sessions
+
+
+def create_session(session: Session, tenant_id: str) -> str:
+    row = TinkerSession(id=new_id("tks"), tenant_id=tenant_id, kind="session")
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def get_session(session: Session, tenant_id: str, session_id: str, kind: str) -> TinkerSession:
+    row = session.get(TinkerSession, session_id)
+    if row is None or row.tenant_id != tenant_id or row.kind != kind:
+        raise missing("sampling session" if kind == "sampler" else "session", session_id)
+    return row
+
+
+def heartbeat(session: Session, tenant_id: str, session_id: str) -> None:
+    get_session(session, tenant_id, session_id, "session").heartbeat_at = utcnow()
+
+
+# The catalog
+
+
+def catalog_model(session: Session, name: str, field: str = "base_model") -> CatalogModel:
+    row = session.get(CatalogModel, name) if name else None
+    if row is None:
+        raise bad_request(field, f"unknown model '{name}' (see get_server_capabilities)")
+    return row
+
+
+def capabilities(session: Session) -> schemas.Capabilities:
+    rows = session.scalars(select(CatalogModel).order_by(CatalogModel.name))
+    return schemas.Capabilities(
+        supported_models=[
+            schemas.SupportedModel(model_name=m.name, max_context_length=m.context_length)
+            for m in rows
+        ]
+    )
+
+
+# Training runs
+
+
+def create_run(session: Session, tenant_id: str, body: schemas.CreateModelIn) -> TinkerRun:
+    get_session(session, tenant_id, body.session_id, "session")
+    catalog_model(session, body.base_model)
+    lora = body.lora_config or schemas.LoraConfigIn(rank=32)
+    if not 1 <= lora.rank <= MAX_LORA_RANK:
+        raise bad_request("lora_config.rank", f"must be between 1 and {MAX_LORA_RANK}")
+    if not (lora.train_mlp or lora.train_attn or lora.train_unembed):
+        raise bad_request("lora_config", "train_mlp, train_attn or train_unembed must be true")
+    if body.optimizer_config.type != "adamw":
+        raise bad_request("optimizer_config.type", "only 'adamw' is supported")
+    refuse_over_budget(session, tenant_id)
+    run_id = f"{body.session_id}:train:{body.model_seq_id}"  # as the SDK derives it too
+    if session.get(TinkerRun, run_id) is not None:
+        raise ProblemError(409, "Conflict", f"training run '{run_id}' exists")
+    run = TinkerRun(
+        id=run_id,
+        tenant_id=tenant_id,
+        session_id=body.session_id,
+        base_model=body.base_model,
+        lora_rank=lora.rank,
+        lora_config=lora.model_dump() | {"seed": lora.seed or 0},
+        user_metadata=_strings(body.user_metadata),
+    )
+    session.add(run)
+    session.flush()
+    return run
+
+
+def get_run(session: Session, tenant_id: str, run_id: str) -> TinkerRun:
+    run = session.get(TinkerRun, run_id) if run_id else None
+    if run is None or run.tenant_id != tenant_id:
+        raise missing("training run", run_id)
+    return run
+
+
+def run_info(session: Session, run: TinkerRun) -> dict[str, Any]:
+    model = session.get(CatalogModel, run.base_model)
+    return {
+        "type": "get_info",
+        "model_id": run.id,
+        "model_name": run.base_model,
+        "is_lora": True,
+        "lora_rank": run.lora_rank,
+        "model_data": {
+            "arch": model.architecture if model else None,
+            "model_name": run.base_model,
+            # the worker's weights: a Hub id, or a directory (the SDK's get_tokenizer loads it)
+            "tokenizer_id": model.source if model else None,
+        },
+    }
+
+
+def list_runs(
+    session: Session, tenant_id: str, limit: int, offset: int
+) -> schemas.TrainingRunsList:
+    where = TinkerRun.tenant_id == tenant_id
+    total = session.scalar(select(func.count()).select_from(TinkerRun).where(where)) or 0
+    runs = session.scalars(
+        select(TinkerRun).where(where).order_by(TinkerRun.id.desc()).limit(limit).offset(offset)
+    )
+    return schemas.TrainingRunsList(
+        training_runs=[run_out(session, r) for r in runs],
+        cursor=schemas.Cursor(offset=offset, limit=limit, total_count=total),
+    )
+
+
+def run_out(session: Session, run: TinkerRun) -> schemas.TrainingRunOut:
+    def last(kind: str) -> schemas.CheckpointOut | None:
+        row = session.scalars(
+            select(TinkerCheckpoint)
+            .where(TinkerCheckpoint.run_id == run.id, TinkerCheckpoint.kind == kind)
+            .order_by(TinkerCheckpoint.created_at.desc())
+            .limit(1)
+        ).first()
+        return checkpoint_out(row) if row else None
+
+    return schemas.TrainingRunOut(
+        training_run_id=run.id,
+        base_model=run.base_model,
+        model_owner=run.tenant_id,
+        lora_rank=run.lora_rank,
+        last_request_time=_iso(run.last_request_at),
+        last_checkpoint=last("training"),
+        last_sampler_checkpoint=last("sampler"),
+        user_metadata=run.user_metadata,
+    )
+
+
+# Checkpoints and tinker:// paths
+
+
+def tinker_path(run_id: str, kind: str, name: str) -> str:
+    return f"tinker://{run_id}/{KIND_SEGMENT[kind]}/{name}"
+
+
+def checkpoint_name(field: str, name: str | None, fallback: str) -> str:
+    name = name or fallback
+    if not (0 < len(name) <= 200) or "/" in name or name in (".", ".."):
+        raise bad_request(field, "a name of 1 to 200 characters without '/'")
+    return name
+
+
+def parse_path(path: str, field: str = "path") -> tuple[str, str, str]:
+    """tinker://<run>/<weights|sampler_weights>/<name> -> (run id, kind, name)."""
+    parts = path.removeprefix("tinker://").split("/") if path.startswith("tinker://") else []
+    if len(parts) != 3 or parts[1] not in SEGMENT_KIND or not parts[0] or not parts[2]:
+        raise bad_request(field, "not a tinker://<run>/weights|sampler_weights/<name> path")
+    return parts[0], SEGMENT_KIND[parts[1]], parts[2]
+
+
+def find_checkpoint(
+    session: Session, tenant_id: str, path: str, kind: str | None = None, field: str = "path"
+) -> TinkerCheckpoint:
+    run_id, path_kind, name = parse_path(path, field)
+    if kind is not None and path_kind != kind:
+        raise bad_request(field, f"a {KIND_SEGMENT[kind]} path is needed here")
+    row = session.scalars(
+        select(TinkerCheckpoint).where(
+            TinkerCheckpoint.run_id == run_id,
+            TinkerCheckpoint.kind == path_kind,
+            TinkerCheckpoint.name == name,
+        )
+    ).first()
+    if row is None or row.tenant_id != tenant_id:
+        raise missing("checkpoint", path)
+    return row
+
+
+def checkpoint_out(row: TinkerCheckpoint) -> schemas.CheckpointOut:
+    return schemas.CheckpointOut(
+        checkpoint_id=f"{KIND_SEGMENT[row.kind]}/{row.name}",
+        checkpoint_type=row.kind,  # type: ignore[arg-type]
+        time=_iso(row.created_at),
+        tinker_path=tinker_path(row.run_id, row.kind, row.name),
+        size_bytes=row.size_bytes,
+        user_metadata=row.user_metadata,
+    )
+
+
+def list_checkpoints(session: Session, run: TinkerRun) -> schemas.CheckpointsList:
+    rows = session.scalars(
+        select(TinkerCheckpoint)
+        .where(TinkerCheckpoint.run_id == run.id)
+        .order_by(TinkerCheckpoint.created_at.desc())
+    ).all()
+    return schemas.CheckpointsList(checkpoints=[checkpoint_out(r) for r in rows])
+
+
+def check_name_free(session: Session, run: TinkerRun, kind: str, name: str, overwrite: bool):
+    """409 for a name the run holds already, unless `overwrite` (the SDK's save_state flag)."""
+    taken = session.scalars(
+        select(TinkerCheckpoint).where(
+            TinkerCheckpoint.run_id == run.id,
+            TinkerCheckpoint.kind == kind,
+            TinkerCheckpoint.name == name,
+        )
+    ).first()
+    if taken is not None and not overwrite:
+        path = tinker_path(run.id, kind, name)
+        raise ProblemError(409, "Conflict", f"checkpoint '{path}' exists (overwrite=True)")
+
+
+# Sampling sessions
+
+
+def create_sampler(
+    session: Session, tenant_id: str, body: schemas.CreateSamplingSessionIn
+) -> TinkerSession:
+    get_session(session, tenant_id, body.session_id, "session")
+    if body.model_path:
+        ckpt = find_checkpoint(session, tenant_id, body.model_path, "sampler", "model_path")
+        base = get_run(session, tenant_id, ckpt.run_id).base_model
+    else:
+        base = catalog_model(session, body.base_model or "").name
+    row = TinkerSession(
+        id=new_id("tks"),
+        tenant_id=tenant_id,
+        kind="sampler",
+        base_model=base,
+        model_path=body.model_path,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def join_sampler(session: Session, tenant_id: str, sampler_id: str) -> int:
+    row = get_session(session, tenant_id, sampler_id, "sampler")
+    row.clients += 1
+    return row.clients
+
+
+def _strings(values: dict[str, Any] | None) -> dict[str, str] | None:
+    return {str(k): str(v) for k, v in values.items()} if values else None
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat()
+
+
+def no_such_route(what: str) -> ProblemError:
+    """501 for a route of the Tinker API this server does not implement."""
+    return ProblemError(
+        501,
+        "Not Implemented",
+        f"{what} is not supported by this server (docs/tinker.md lists what is)",
+    )

@@ -1,0 +1,246 @@
+"""`grpo-service tinker-worker`: executes the queued Tinker requests (service/tinker/futures.py).
+
+One process, one thread: it holds one `LoraHost` per catalog base model it was asked for
+(workers/tinker/host.py: the base loaded once, each run its own adapter and optimiser state) and
+runs one request at a time, in the order `futures.claim_next` gives (a tenant's requests oldest
+first, tenants in turn). Checkpoints go to the service's storage as one tar each; the rows that
+name them are written in the same transaction that finishes the request.
+
+The API never imports this module (it loads torch, through workers.tinker, on the first request:
+an idle worker started by `grpo-service up` costs no model memory).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete
+
+from service.core.db import session_scope
+from service.core.ids import new_id
+from service.models import CatalogModel, TinkerCheckpoint, TinkerRequest, TinkerRun, TinkerSession
+from service.settings import Settings
+from service.storage import ObjectStorage, open_storage_from_settings
+from service.storage.archive import extract_tar, make_tar
+from service.tinker import futures
+from service.tinker.service import tinker_path
+
+log = logging.getLogger("grpo.tinker")
+
+
+def _only(cls: type, values: dict[str, Any]) -> Any:
+    """A dataclass of the engine's from a dict, keeping the fields it has."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+class TinkerWorker:
+    def __init__(
+        self, settings: Settings, device: str | None, storage: ObjectStorage | None = None
+    ) -> None:
+        self.settings, self.device = settings, device  # None: CUDA when present, at first use
+        self.storage = storage or open_storage_from_settings(settings)
+        # One tinker worker per host: at its start it fails what the last one there left running.
+        self.name = f"tinker@{socket.gethostname()}"
+        self.root = settings.data_path / "tinker"
+        self.hosts: dict[str, Any] = {}  # base model name -> LoraHost
+        self.last_served: dict[str, float] = {}
+
+    def run(self, stop: threading.Event) -> None:
+        pause = 0.0
+        while not stop.is_set():
+            with session_scope() as session:
+                row = futures.claim_next(session, self.name, self.last_served)
+                if row is not None:
+                    session.expunge(row)
+            if row is None:
+                pause = min(max(pause * 2, 0.01), self.settings.tinker_worker_poll_s)
+                stop.wait(pause)
+                continue
+            pause = 0.0
+            self.last_served[row.tenant_id] = time.monotonic()
+            self.execute(row)
+
+    def execute(self, row: TinkerRequest) -> None:
+        from workers.tinker.types import TinkerInputError
+
+        started = time.monotonic()
+        after: list[Any] = []  # rows to write with the outcome
+        result = error = None
+        try:
+            result = getattr(self, f"_{row.kind}")(row, after)
+        except TinkerInputError as exc:
+            error = {"error": f"{exc.field}: {exc.message}", "category": "user"}
+        except Exception as exc:  # the worker keeps serving the other requests
+            log.exception("tinker request %s (%s) failed", row.id, row.kind)
+            error = {"error": f"internal error ({type(exc).__name__})", "category": "server"}
+        seconds = time.monotonic() - started
+        with session_scope() as session:
+            if error is None:
+                for item in after:
+                    if isinstance(item, TinkerCheckpoint):  # overwrite: the new one replaces
+                        session.execute(
+                            delete(TinkerCheckpoint).where(
+                                TinkerCheckpoint.run_id == item.run_id,
+                                TinkerCheckpoint.kind == item.kind,
+                                TinkerCheckpoint.name == item.name,
+                            )
+                        )
+                    session.add(item)
+                session.flush()
+            futures.finish(session, row.seq, result=result, error=error, device_seconds=seconds)
+
+    # The engine
+
+    def _host(self, base_model: str) -> Any:
+        host = self.hosts.get(base_model)
+        if host is None:
+            import torch
+
+            from service.training.weights import model_path
+            from workers.tinker.host import LoraHost
+
+            if self.device is None:
+                self.device = "cuda" if torch.cuda.is_available() else "cpu"
+            with session_scope() as session:
+                model = session.get(CatalogModel, base_model)
+                if model is None:
+                    raise LookupError(f"model '{base_model}' left the catalog")
+                weights = model_path(model, self.settings)
+            state = self.root / "state" / base_model
+            state.mkdir(parents=True, exist_ok=True)
+            host = LoraHost(weights, device=self.device, state_dir=state,
+                            max_resident_runs=self.settings.tinker_max_resident_runs)  # fmt: skip
+            self.hosts[base_model] = host
+        return host
+
+    def _run(self, row: TinkerRequest) -> Any:
+        """The run's host, the run created on it at its first request."""
+        from workers.tinker.types import LoraConfig
+
+        host = self._host(row.base_model)
+        if not host.has_run(row.run_id):
+            with session_scope() as session:
+                run = session.get(TinkerRun, row.run_id)
+                config = dict(run.lora_config) if run else {}
+            if not config:
+                raise LookupError(f"run {row.run_id} is gone")
+            host.create_run(row.run_id, _only(LoraConfig, config))
+        return host
+
+    def _forward(self, row: TinkerRequest, after: list[Any], backward: bool = False) -> dict:
+        from workers.tinker.types import Datum
+
+        host = self._run(row)
+        data = [_only(Datum, d) for d in row.payload["data"]]
+        step = host.forward_backward if backward else host.forward
+        out = step(row.run_id, data, row.payload["loss_fn"], row.payload.get("loss_fn_config"))
+        return dataclasses.asdict(out)
+
+    def _forward_backward(self, row: TinkerRequest, after: list[Any]) -> dict:
+        return self._forward(row, after, backward=True)
+
+    def _optim_step(self, row: TinkerRequest, after: list[Any]) -> dict:
+        from workers.tinker.types import AdamParams
+
+        metrics = self._run(row).optim_step(row.run_id, _only(AdamParams, row.payload["adam"]))
+        return {"type": "optim_step", "metrics": metrics}
+
+    def _sample(self, row: TinkerRequest, after: list[Any]) -> dict:
+        from workers.tinker.types import SamplingParams
+
+        p = row.payload
+        weights = self._unpacked(p["weights"]) if p.get("weights") else None
+        result = self._host(row.base_model).sample(
+            str(weights) if weights else None,
+            p["prompt"],
+            p["num_samples"],
+            _only(SamplingParams, p["params"]),
+            prompt_logprobs=p["prompt_logprobs"],
+        )
+        return dataclasses.asdict(result)
+
+    def _save_weights(self, row: TinkerRequest, after: list[Any]) -> dict:
+        path = self._save(row, after, "training", self._run(row).save_state)
+        return {"type": "save_weights", "path": path}
+
+    def _save_for_sampler(self, row: TinkerRequest, after: list[Any]) -> dict:
+        path = self._save(row, after, "sampler", self._run(row).save_for_sampler)
+        out: dict[str, Any] = {"type": "save_weights_for_sampler", "path": path}
+        if row.payload.get("sampling_session"):
+            sampler = TinkerSession(
+                id=new_id("tks"),
+                tenant_id=row.tenant_id,
+                kind="sampler",
+                base_model=row.base_model,
+                model_path=path,
+            )
+            after.append(sampler)
+            out["sampling_session_id"] = sampler.id
+        return out
+
+    def _load_weights(self, row: TinkerRequest, after: list[Any]) -> dict:
+        p = row.payload
+        host = self._run(row)
+        host.load_state(row.run_id, self._unpacked(p), with_optimizer=bool(p["optimizer"]))
+        return {"type": "load_weights", "path": p["path"], "model_id": row.run_id}
+
+    # Storage
+
+    def _save(self, row: TinkerRequest, after: list[Any], kind: str, write: Any) -> str:
+        work = Path(tempfile.mkdtemp(prefix="save-", dir=self._scratch()))
+        try:
+            write(row.run_id, work / "dir")
+            archive, _, size = make_tar(work / "dir")
+            ckpt_id = futures.new_checkpoint_id()
+            key = f"tinker/{row.tenant_id}/{ckpt_id}.tar"
+            self.storage.put_file(key, archive)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        name = row.payload["name"]
+        after.append(TinkerCheckpoint(id=ckpt_id, run_id=row.run_id, tenant_id=row.tenant_id,
+                                      kind=kind, name=name, object_key=key, size_bytes=size,
+                                      user_metadata=row.payload.get("user_metadata")))  # fmt: skip
+        return tinker_path(row.run_id, kind, name)
+
+    def _unpacked(self, ref: dict[str, Any]) -> Path:
+        """A stored checkpoint unpacked on this machine (once: they never change)."""
+        target = self.root / "checkpoints" / ref["checkpoint_id"]
+        if not target.is_dir():
+            work = Path(tempfile.mkdtemp(prefix="unpack-", dir=self._scratch()))
+            try:
+                self.storage.download_file(ref["object_key"], work / "ckpt.tar")
+                extract_tar(work / "ckpt.tar", work / "dir")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                (work / "dir").rename(target)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        return target
+
+    def _scratch(self) -> Path:
+        scratch = self.root / "scratch"
+        scratch.mkdir(parents=True, exist_ok=True)
+        return scratch
+
+
+def run_worker(settings: Settings, device: str | None = None) -> None:
+    """Until SIGTERM or SIGINT; requests it was running when it last stopped are failed.
+    `device`: unset, GRPO_SERVE_DEVICE, else CUDA when present."""
+    import signal
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    worker = TinkerWorker(settings, device or settings.serve_device)
+    with session_scope() as session:
+        futures.fail_abandoned(session, worker.name)
+    log.info("tinker worker %s on %s", worker.name, worker.device or "cuda when present")
+    worker.run(stop)
