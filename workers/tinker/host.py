@@ -26,7 +26,6 @@ from workers.grpo.logprobs import token_logprobs
 from workers.tinker import validation as check
 from workers.tinker.adapters import AdapterStack, linear_layers, peft_config
 from workers.tinker.sampler import Draw, StopRule, fresh_seed, sample_sequences
-from workers.tinker.sampler import prompt_logprobs as score_prompt
 from workers.tinker.types import (
     AdamParams,
     Datum,
@@ -206,9 +205,8 @@ class LoraHost:
         seed = params.seed if params.seed is not None else fresh_seed()
         draw = Draw(params.temperature, params.top_k, params.top_p)
         with self.adapters.active(self._sampling_adapter(weights)):
-            seqs = sample_sequences(self.model, self.tokenizer, prompt, num_samples, draw, steps,
-                                    rule, seed)  # fmt: skip
-            first = score_prompt(self.model, prompt) if prompt_logprobs else None
+            seqs, first = sample_sequences(self.model, self.tokenizer, prompt, num_samples, draw,
+                                           steps, rule, seed, prompt_logprobs)  # fmt: skip
         return SampleResult(seqs, first)
 
     def _sampling_adapter(self, weights: str | None) -> str | None:

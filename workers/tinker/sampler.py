@@ -1,7 +1,7 @@
 """`num_samples` sequences from one prompt, with the sampler's per-token log-probs.
 
-All rows share the prompt, so they need no padding: the prompt is prefilled once per row and
-decoded one token at a time with the model's KV cache. Each draw reuses the GRPO engine's
+All rows share the prompt, so they need no padding: the prompt is prefilled once, its KV cache
+copied to every row, and the rows decoded one token at a time. Each draw reuses the GRPO engine's
 (`workers.grpo.sampling`): logits / T, top-k, top-p, then the inverse CDF at the row's own
 uniform; a row's uniforms come from `seed` and the row's index alone (`RowSeeds`), so a seed
 gives the same sequences whatever else the host does. The log-prob kept for a token is
@@ -57,21 +57,21 @@ def sample_sequences(
     steps: int,
     rule: StopRule,
     seed: int,
-) -> list[SampledSequence]:
+    with_prompt_logprobs: bool = False,
+) -> tuple[list[SampledSequence], list[float | None] | None]:
+    """The sequences and, if asked, log pi(prompt[i] | prompt[:i]) at T = 1 (None for the
+    first token: nothing predicts it), from the one prefill."""
     device, kw = model.device, cache_keyword(model)
     greedy = draw.temperature == 0
     params = Draw(1.0, draw.top_k, draw.top_p) if greedy else draw
     noise = row_noise(
         torch.Generator(), 0, num_samples, steps, device, RowSeeds(seed, list(range(num_samples)))
     )  # fmt: skip  (N, steps)
-    ids = torch.tensor([prompt] * num_samples, device=device)  # (N, P)
+    cache, logits, first = _prefill(model, kw, prompt, num_samples, with_prompt_logprobs)
     rows: list[list[int]] = [[] for _ in range(num_samples)]
     kept: list[list[float]] = [[] for _ in range(num_samples)]
     ended = [False] * num_samples
-    cache = None
     for t in range(steps):
-        out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **{kw: cache})
-        cache, logits = out[kw], out.logits[:, -1]  # (N, V)
         token, logprob = sample_next(logits, params, noise[:, t], keep=True)  # (N,), (N,)
         if greedy:
             token = logits.argmax(-1)  # (N,)
@@ -81,19 +81,38 @@ def sample_sequences(
                 rows[i].append(tok)
                 kept[i].append(lp)
                 ended[i] = _ends(rows[i], rule, tokenizer)
-        if all(ended):
+        if all(ended) or t == steps - 1:
             break
-        ids = token.unsqueeze(1)  # (N, 1) the next forward feeds only the new tokens
-    return [
+        # the next forward feeds only the new tokens (N, 1)
+        out = model(input_ids=token.unsqueeze(1), use_cache=True, logits_to_keep=1, **{kw: cache})
+        cache, logits = out[kw], out.logits[:, -1]  # (N, V)
+    seqs = [
         SampledSequence(row, lps, "stop" if done else "length")
         for row, lps, done in zip(rows, kept, ended, strict=True)
     ]
+    return seqs, first
 
 
-@torch.no_grad()
-def prompt_logprobs(model: Any, prompt: list[int]) -> list[float | None]:
-    """log pi(prompt[i] | prompt[:i]) at T = 1; None for the first token (nothing predicts it)."""
+def copyable(cache: Any) -> bool:
+    """transformers' Cache copies its rows in place; an older or custom one may not."""
+    return hasattr(cache, "batch_repeat_interleave")
+
+
+def _prefill(
+    model: Any, kw: str, prompt: list[int], rows: int, with_prompt_logprobs: bool
+) -> tuple[Any, torch.Tensor, list[float | None] | None]:
+    """The prompt's KV cache for `rows` rows, the logits (rows, V) of the first draw, and the
+    prompt's log-probs if asked. The prompt runs once and its cache is copied to every row
+    (a cache that cannot be copied: the prompt runs once per row)."""
     ids = torch.tensor([prompt], device=model.device)  # (1, P)
-    logits = model(input_ids=ids, use_cache=False).logits[0, :-1]  # (P - 1, V)
-    lp, _ = token_logprobs(logits, ids[0, 1:], 1.0, False)  # (P - 1,)
-    return [None, *lp.tolist()]
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=0 if with_prompt_logprobs else 1)
+    first = None
+    if with_prompt_logprobs:
+        lp, _ = token_logprobs(out.logits[0, :-1], ids[0, 1:], 1.0, False)  # (P - 1,)
+        first = [None, *lp.tolist()]
+    cache = out[kw]
+    if copyable(cache):
+        cache.batch_repeat_interleave(rows)  # in place: (rows, H, P, D) per layer
+        return cache, out.logits[:, -1].expand(rows, -1), first  # (rows, V)
+    out = model(input_ids=ids.expand(rows, -1), use_cache=True, logits_to_keep=1)
+    return out[kw], out.logits[:, -1], first

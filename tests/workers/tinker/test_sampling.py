@@ -96,3 +96,16 @@ def test_weights_run_sampler_dir_or_base(host, tmp_path: Path) -> None:  # noqa:
     with pytest.raises(TinkerInputError) as err:
         host.sample(str(tmp_path / "nowhere"), prompt, 1, params)
     assert err.value.field == "weights"
+
+
+def test_a_cache_that_cannot_be_copied_prefills_each_row(host, monkeypatch) -> None:  # noqa: ANN001
+    import workers.tinker.sampler as sampler
+
+    prompt = host.tokenizer("abc=")["input_ids"]
+    params = SamplingParams(max_tokens=6, seed=11, stop=[])
+    shared = host.sample("a", prompt, 3, params)
+    monkeypatch.setattr(sampler, "copyable", lambda cache: False)
+    each = host.sample("a", prompt, 3, params)
+    assert [s.tokens for s in each.sequences] == [s.tokens for s in shared.sequences]
+    for a, b in zip(each.sequences, shared.sequences, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
