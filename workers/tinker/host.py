@@ -119,6 +119,7 @@ class LoraHost:
 
     def optim_step(self, run_id: str, adam: AdamParams) -> dict[str, float]:
         """One AdamW step (decoupled weight decay) on the run's summed gradients, then zero them."""
+        check.check_adam(adam)
         run = self._load(run_id)
         params = self.adapters.parameters(run.name)
         clip = adam.grad_clip_norm if adam.grad_clip_norm > 0 else float("inf")

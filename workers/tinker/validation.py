@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from workers.tinker.losses import KNOWN_INPUTS, LOSSES, Loss
-from workers.tinker.types import Datum, LoraConfig, SamplingParams, TinkerInputError
+from workers.tinker.types import AdamParams, Datum, LoraConfig, SamplingParams, TinkerInputError
 
 MAX_RANK = 256
 MAX_SAMPLES = 128
@@ -75,6 +75,18 @@ def check_data(data: list[Datum], loss_fn: str, loss: Loss, limits: ModelLimits)
                 check_tokens(field, values, limits)
             elif not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
                 raise TinkerInputError(field, "every value must be a finite number")
+
+
+def check_adam(adam: AdamParams) -> None:
+    """Values torch's AdamW would take and silently turn into NaN weights."""
+    bounds = {"learning_rate": (0, math.inf), "beta1": (0, 1), "beta2": (0, 1),
+              "eps": (0, math.inf), "weight_decay": (0, math.inf),
+              "grad_clip_norm": (0, math.inf)}  # fmt: skip
+    for name, (low, high) in bounds.items():
+        value = getattr(adam, name)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or not low <= value < high:
+            raise TinkerInputError(f"adam_params.{name}", f"{value!r} is outside [{low}, {high})")
 
 
 def check_lora(config: LoraConfig, linear_names: set[str]) -> None:

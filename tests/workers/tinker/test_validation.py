@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.workers.tinker.conftest import DEVICE, rl_datum, sft_datum
-from workers.tinker.types import Datum, LoraConfig, SamplingParams, TinkerInputError
+from workers.tinker.types import AdamParams, Datum, LoraConfig, SamplingParams, TinkerInputError
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,12 @@ def test_bad_runs_name_their_field(host) -> None:  # noqa: ANN001
     tied = LoraConfig(rank=4, target_modules=["lm_head"])
     assert field_of(lambda: host.create_run("b", tied)) == "lora_config.target_modules[0]"
     assert field_of(lambda: host.create_run("a", LoraConfig(rank=4))) == "model_id"
-    assert field_of(lambda: host.optim_step("b", None)) == "model_id"
+    assert field_of(lambda: host.optim_step("b", AdamParams())) == "model_id"
+    bad_values = {"learning_rate": -1e-3, "beta1": 1.0, "beta2": float("nan"), "eps": -1.0,
+                  "weight_decay": -0.1, "grad_clip_norm": -1.0}  # fmt: skip
+    for name, value in bad_values.items():
+        bad = AdamParams(**{name: value})
+        assert field_of(lambda bad=bad: host.optim_step("a", bad)) == f"adam_params.{name}"
     assert not host.has_run("b")
     host.create_run("b", LoraConfig(rank=4, target_modules=["q_proj", "v_proj"]))
     names = {n.split(".lora_")[0].rsplit(".", 1)[-1]
