@@ -42,6 +42,8 @@ MODELS = {
     "EnvironmentTestResult": "EnvironmentTestResult",
     "EpisodeOut": "EpisodeOut",
     "EstimateOut": "EstimateOut",
+    "EvaluationOut": "EvaluationOut",
+    "EvaluationSampleOut": "EvaluationSampleOut",
     "EventOut": "EventOut",
     "JobCreate": "JobCreate",
     "JobOut": "JobOut",

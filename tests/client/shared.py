@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from grpo_client import Client
+from grpo_client.models_generated import EvaluationOut
 from service.demo_task import DIGIT_VERIFIER_SOURCE, digit_records
 from tests.e2e.services import TINY, RunningService, run_service
 
@@ -82,6 +83,21 @@ def trained(clientside: Trained) -> Trained:
         job = grpo.jobs.wait(clientside.job_id, timeout=300)
     assert job.status == "succeeded", (job, clientside.svc.logs())
     return clientside
+
+
+def evaluate(trained: Trained) -> list[EvaluationOut]:
+    """Evaluations of the trained job's base model and of its last checkpoint on the same
+    records (made once, for the client, CLI and dashboard tests)."""
+    if "evaluations" not in _cache:
+        with trained.client() as grpo:
+            last = grpo.checkpoints.get(trained.job_id, "latest")
+            same = {"dataset": trained.dataset_id, "verifiers": [{"name": "digits"}],
+                    "samples_per_prompt": 2, "max_records": 4,
+                    "generation": {"max_new_tokens": 6}, "pass_threshold": 0.5}  # fmt: skip
+            made = [grpo.evaluations.create({"model": m, **same}) for m in (TINY, last.id)]
+            _cache["evaluations"] = [grpo.evaluations.wait(e.id, timeout=300, poll_interval=0.3)
+                                     for e in made]  # fmt: skip
+    return _cache["evaluations"]
 
 
 def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from grpo_client import (
     cli_environments,  # noqa: F401  (registers `grpo environments`)
+    cli_evals,  # noqa: F401  (registers `grpo evals`)
     cli_jobs,  # noqa: F401  (registers the jobs and checkpoints commands)
     cli_models,  # noqa: F401  (registers `grpo models`)
     cli_rollouts,  # noqa: F401  (registers `grpo jobs rollouts`)

@@ -21,6 +21,7 @@ from grpo_client.catalog import Models
 from grpo_client.checkpoints import Checkpoints
 from grpo_client.config import resolve
 from grpo_client.environments import Environments
+from grpo_client.evaluations import Evaluations
 from grpo_client.jobs import Jobs
 from grpo_client.resources import Datasets, Verifiers
 from grpo_client.transport import Transport
@@ -61,6 +62,7 @@ class Client:
         self.models = Models(self.transport)
         self.webhooks = Webhooks(self.transport)
         self.usage = Usage(self.transport)
+        self.evaluations = Evaluations(self.transport)
 
     @property
     def base_url(self) -> str:

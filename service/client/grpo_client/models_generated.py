@@ -192,6 +192,46 @@ class EstimateOut(BaseModel):
     """
 
 
+class EvaluationSampleOut(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    index: int = Field(..., title="Index")
+    """
+    Position: record by record, its k samples consecutive.
+    """
+    record: int = Field(..., title="Record")
+    """
+    The record's position in the dataset.
+    """
+    sample: int = Field(..., title="Sample")
+    prompt: str = Field(..., title="Prompt")
+    completion: str = Field(..., title="Completion")
+    reward: float = Field(..., title="Reward")
+    scores: dict[str, float | None] = Field(..., title="Scores")
+    """
+    Each verifier's score (null: failed).
+    """
+    errors: dict[str, str] = Field(..., title="Errors")
+    length: int = Field(..., title="Length")
+    """
+    Completion tokens.
+    """
+    truncated: bool = Field(..., title="Truncated")
+    passed: bool = Field(..., title="Passed")
+    """
+    reward >= pass_threshold.
+    """
+
+
+class EvaluationUsage(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    device_seconds: float = Field(..., title="Device Seconds")
+    completion_tokens: int = Field(..., title="Completion Tokens")
+
+
 class EventOut(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -475,6 +515,24 @@ class ModelOut(BaseModel):
     """
 
 
+class PassAtK(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    estimate: float = Field(..., title="Estimate")
+    """
+    Unbiased pass@k (Chen et al. 2021), mean over prompts.
+    """
+    low: float = Field(..., title="Low")
+    """
+    95% interval, low end.
+    """
+    high: float = Field(..., title="High")
+    """
+    95% interval, high end.
+    """
+
+
 class PreflightSample(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -530,6 +588,10 @@ class Resources(BaseModel):
     devices: conint(ge=1, le=64) | None = Field(1, title="Devices")
     """
     Devices (processes, one rank each: torch.distributed, FSDP2) the job trains on, on one worker; grpo.prompts_per_step must split into whole groups across them. A queue's live workers must own as many (`grpo-service worker --devices N`).
+    """
+    rollout_devices: conint(ge=0, le=1) | None = Field(0, title="Rollout Devices")
+    """
+    Of `devices`, how many only generate rollouts (0 or 1): with grpo.max_off_policy_steps >= 1 the generator decodes on its own device while the trainer trains on the other, so devices = rollout_devices + 1.
     """
 
 
@@ -738,6 +800,28 @@ class EnvironmentTestResult(BaseModel):
     )
     results: list[EpisodeOut] = Field(..., title="Results")
     elapsed_ms: float = Field(..., title="Elapsed Ms")
+
+
+class EvaluationResults(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    reward_mean: float = Field(..., title="Reward Mean")
+    per_verifier: dict[str, float | None] = Field(..., title="Per Verifier")
+    """
+    Each verifier's mean score (its failed scores left out).
+    """
+    pass_at_k: dict[str, PassAtK] = Field(..., title="Pass At K")
+    """
+    By k: "1", "2", "4", ...
+    """
+    samples: int = Field(..., title="Samples")
+    prompts: int = Field(..., title="Prompts")
+    completion_tokens: int = Field(..., title="Completion Tokens")
+    verifier_errors: int = Field(..., title="Verifier Errors")
+    """
+    Scores that failed (each counted 0 in the reward).
+    """
 
 
 EvalVerifiers = TypeAliasType(
@@ -968,3 +1052,39 @@ class UsageReport(BaseModel):
     """
     The tenant's budget, if it has one.
     """
+
+
+class EvaluationOut(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str = Field(..., title="Id")
+    object: Literal["evaluation"] = Field("evaluation", title="Object")
+    status: Literal["queued", "running", "cancelling", "succeeded", "failed", "cancelled"] = Field(
+        ..., title="Status"
+    )
+    model: str = Field(..., title="Model")
+    dataset: str = Field(..., title="Dataset")
+    verifiers: list[dict[str, Any]] = Field(..., title="Verifiers")
+    """
+    Pinned: name, version, weight, sha256.
+    """
+    samples_per_prompt: int = Field(..., title="Samples Per Prompt")
+    generation: dict[str, Any] = Field(..., title="Generation")
+    pass_threshold: float = Field(..., title="Pass Threshold")
+    max_records: int | None = Field(..., title="Max Records")
+    records: int = Field(..., title="Records")
+    """
+    Records evaluated.
+    """
+    seed: int = Field(..., title="Seed")
+    queue: str = Field(..., title="Queue")
+    results: EvaluationResults | None
+    """
+    Once `succeeded`.
+    """
+    error: JobErrorOut | None
+    usage: EvaluationUsage
+    created_at: datetime = Field(..., title="Created At")
+    started_at: datetime | None = Field(..., title="Started At")
+    finished_at: datetime | None = Field(..., title="Finished At")
