@@ -29,6 +29,7 @@ _REQUIRED = {
     "ppo": ("target_tokens", "logprobs", "advantages"),
     "cispo": ("target_tokens", "logprobs", "advantages"),
     "dro": ("target_tokens", "logprobs", "advantages"),
+    "gspo": ("target_tokens", "logprobs", "advantages"),
 }
 MAX_SAMPLES = 64
 
@@ -71,13 +72,25 @@ def load(session: Session, tenant_id: str, request_id: str) -> TinkerRequest:
 
 
 def queue_position(session: Session, row: TinkerRequest) -> int:
-    """Requests queued or running ahead of this one (0: it runs now, or next)."""
-    ahead = session.scalar(
+    """About how many requests run before this one (0: it runs now, or next): its tenant's
+    older open requests, k of them, and, tenants taking turns, up to k + 1 of each other
+    tenant's open requests."""
+    own = session.scalar(
         select(func.count())
         .select_from(TinkerRequest)
-        .where(TinkerRequest.status.in_(OPEN), TinkerRequest.seq < row.seq)
+        .where(
+            TinkerRequest.status.in_(OPEN),
+            TinkerRequest.tenant_id == row.tenant_id,
+            TinkerRequest.seq < row.seq,
+        )
     )
-    return int(ahead or 0)
+    others = session.scalars(
+        select(func.count())
+        .where(TinkerRequest.status.in_(OPEN), TinkerRequest.tenant_id != row.tenant_id)
+        .group_by(TinkerRequest.tenant_id)
+    )
+    k = int(own or 0)
+    return k + sum(min(int(n), k + 1) for n in others)
 
 
 # Validation at submission: what the engine would refuse, answered as a 400 before queueing.
@@ -150,7 +163,7 @@ def claim_next(
     )
     if bases is not None:
         queued = queued.where(TinkerRequest.base_model.in_(list(bases)))
-    heads = session.execute(queued.group_by(TinkerRequest.tenant_id)).tuples().all()
+    heads = [tuple(h) for h in session.execute(queued.group_by(TinkerRequest.tenant_id))]
     busy = set(
         session.scalars(
             select(TinkerRequest.tenant_id).where(TinkerRequest.status == "running").distinct()

@@ -19,8 +19,8 @@ from service.tinker import schemas
 
 MAX_LORA_RANK = 128  # the adapter and its Adam moments stay small beside the shared base
 # The loss functions of the SDK's LossFnType the engine implements (workers/tinker/losses.py);
-# gspo, stable_reinforce and custom (a traced client-side graph) are not.
-LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro")
+# stable_reinforce and custom (a traced graph run server-side) are not.
+LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo")
 KIND_SEGMENT = {"training": "weights", "sampler": "sampler_weights"}
 SEGMENT_KIND = {v: k for k, v in KIND_SEGMENT.items()}
 

@@ -144,7 +144,7 @@ def test_bad_input_is_an_sdk_error_and_the_worker_keeps_serving(
         alice.create_lora_training_client(base_model=TINY, rank=100_000).result()
     trainer = alice.create_lora_training_client(base_model=TINY, rank=2).result()
     with pytest.raises(tinker.BadRequestError, match="loss_fn"):
-        trainer.forward_backward(BATCH, "gspo").result()
+        trainer.forward_backward(BATCH, "stable_reinforce").result()
     trainer = alice.create_lora_training_client(base_model=TINY, rank=2).result()
     short = types.Datum(model_input=types.ModelInput.from_ints([1, 2, 3]),
                         loss_fn_inputs={"target_tokens": [2, 3]})  # fmt: skip
