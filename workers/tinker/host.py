@@ -13,7 +13,9 @@ Single-threaded: the caller serialises requests (one at a time per host).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import uuid
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -68,7 +70,9 @@ class LoraHost:
         self.layers = linear_layers(model)
         config = model.config
         self.limits = check.ModelLimits(config.vocab_size, config.max_position_embeddings)
-        self.state_dir, self.max_resident = Path(state_dir), max(1, max_resident_runs)
+        self.max_resident = max(1, max_resident_runs)
+        # a folder of this host's own: hosts that share a state_dir never read each other's runs
+        self.state_dir = Path(state_dir) / f"host-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._runs: dict[str, Run] = {}
         self._resident: OrderedDict[str, None] = OrderedDict()  # least recently used first
         self._samplers: OrderedDict[str, str] = OrderedDict()  # weights dir -> adapter name
@@ -325,7 +329,7 @@ class LoraHost:
         return {name.rsplit(".", 1)[-1] for name, group in self.layers.items() if group != "tied"}
 
     def _evicted_dir(self, run: Run) -> Path:
-        return self.state_dir / "evicted" / run.name
+        return self.state_dir / run.name
 
     def _new_name(self, prefix: str) -> str:
         self._names += 1

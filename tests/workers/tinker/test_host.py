@@ -140,15 +140,18 @@ def test_save_for_sampler_loads_with_peft(make_host, tiny_model_dir: Path, tmp_p
     assert not torch.allclose(plain, ours, atol=1e-3)  # the adapter trained: it changes logits
 
 
-def test_eviction_and_reload_keep_results_exact(make_host) -> None:  # noqa: ANN001
+def test_eviction_and_reload_keep_results_exact(make_host, tmp_path: Path) -> None:  # noqa: ANN001
     ref = make_host()
     for run in ("a", "b", "c"):
         ref.create_run(run, LoraConfig(rank=4, seed=ord(run)))
     want = {run: [] for run in "abc"}
-    host = make_host(max_resident_runs=2)
+    host = make_host(max_resident_runs=2, state_dir=tmp_path / "shared")
     for run in ("a", "b", "c"):
         host.create_run(run, LoraConfig(rank=4, seed=ord(run)))
     assert host.resident_runs() == ["b", "c"]  # a was evicted for c
+    other = make_host(max_resident_runs=1, state_dir=tmp_path / "shared")  # its own files
+    for run in ("a", "b"):
+        other.create_run(run, LoraConfig(rank=4, seed=99))
     got = {run: [] for run in "abc"}
     for h, out in ((ref, want), (host, got)):
         for _ in range(2):
