@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import io
 import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import torch
 
 from tests.e2e.services import TINY, RunningService
@@ -54,38 +57,65 @@ def _assert_same(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) ->
         assert torch.allclose(got[name], want[name], atol=1e-6), name
 
 
-def test_a_job_fine_tunes_from_the_tenants_full_checkpoint(
-    embedded_service: RunningService, tiny_model_dir: Path, tmp_path: Path
-) -> None:
-    client = embedded_service.client(embedded_service.new_key(f"full-{tmp_path.name}"))
-    grpo = {"steps": 2, "prompts_per_step": 2, "group_size": 4, "learning_rate": 1e-2}
-    parent = submit_digit_job(client, TINY, grpo=grpo, checkpoint_every=2)
-    assert wait_final(client, parent["id"])["status"] == "succeeded"
-    (ckpt,) = client.get(f"/v1/jobs/{parent['id']}/checkpoints").json()["data"]
-    trained = _weights(_download(client, parent["id"], tmp_path / "parent"))
-    child = _child(client, parent, ckpt["id"])
-    _assert_same(_weights(_download(client, child["id"], tmp_path / "child")), trained)
-    base = _weights(tiny_model_dir)
-    assert max((trained[k] - base[k]).abs().max().item() for k in base) > 1e-3  # it moved
+@dataclass
+class FromAdapter:
+    """A LoRA job, its adapter merged into the base, and the job fine-tuned from the adapter."""
+
+    client: httpx.Client
+    checkpoint: dict[str, Any]
+    merged: dict[str, torch.Tensor]
+    child: dict[str, Any]
+    downloads: Path
 
 
-def test_a_job_fine_tunes_from_the_tenants_lora_adapter(
-    embedded_service: RunningService, tiny_model_dir: Path, tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def from_adapter(
+    embedded_service: RunningService, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FromAdapter]:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
+    tmp_path = tmp_path_factory.mktemp("lineage")
     client = embedded_service.client(embedded_service.new_key(f"lora-{tmp_path.name}"))
     grpo = {"steps": 2, "prompts_per_step": 2, "group_size": 4, "learning_rate": 5e-2}
     lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
     parent = submit_digit_job(client, TINY, grpo=grpo, lora=lora, checkpoint_every=2)
     assert wait_final(client, parent["id"])["status"] == "succeeded"
     (ckpt,) = client.get(f"/v1/jobs/{parent['id']}/checkpoints").json()["data"]
-    assert ckpt["format"] == "peft-adapter"
     adapter = _download(client, parent["id"], tmp_path / "adapter")
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     merged = PeftModel.from_pretrained(base, adapter).merge_and_unload().state_dict()
     child = _child(client, parent, ckpt["id"])  # full training on the merged weights
-    _assert_same(_weights(_download(client, child["id"], tmp_path / "child")), merged)
+    try:
+        yield FromAdapter(client, ckpt, merged, child, tmp_path)
+    finally:
+        client.close()
+
+
+def test_a_job_fine_tunes_from_the_tenants_lora_adapter(
+    from_adapter: FromAdapter, tiny_model_dir: Path
+) -> None:
+    client, merged = from_adapter.client, from_adapter.merged
+    assert from_adapter.checkpoint["format"] == "peft-adapter"
+    child = from_adapter.child
+    _assert_same(_weights(_download(client, child["id"], from_adapter.downloads / "child")), merged)
     q = "model.layers.0.self_attn.q_proj.weight"
     assert (merged[q] - _weights(tiny_model_dir)[q]).abs().max().item() > 1e-4  # it moved
+
+
+def test_a_job_fine_tunes_from_the_tenants_full_checkpoint(
+    from_adapter: FromAdapter, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The parent is the job the adapter test fine-tuned: its checkpoint holds full weights
+    that moved from the base, as a full job's would (a full checkpoint's lineage is itself
+    alone, however its job started), so no job of its own is trained for it."""
+    client, parent = from_adapter.client, from_adapter.child
+    (ckpt,) = client.get(f"/v1/jobs/{parent['id']}/checkpoints").json()["data"]
+    assert ckpt["format"] == "full"
+    trained = _weights(_download(client, parent["id"], tmp_path / "parent"))
+    child = _child(client, parent, ckpt["id"])
+    _assert_same(_weights(_download(client, child["id"], tmp_path / "child")), trained)
+    base = _weights(tiny_model_dir)
+    moved = max((trained[k] - base[k]).abs().max().item() for k in base)
+    print(f"the parent's weights moved from the base by up to {moved:.2e}")
+    assert moved > 1e-3  # it moved
