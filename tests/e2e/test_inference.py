@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from tests.e2e.services import TINY, RunningService, run_service
-from tests.e2e.test_training_flow import submit_digit_job, wait_final
+from tests.e2e.test_training_flow import wait_final
 
 TOKEN = secrets.token_urlsafe(16)
 
@@ -24,8 +24,8 @@ TOKEN = secrets.token_urlsafe(16)
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[RunningService]:
     work = tmp_path_factory.mktemp("inference")
-    with run_service({"GRPO_INFERENCE_TOKEN": TOKEN}, work, embedded=True,
-                     model=tiny_model_dir, serve=True) as running:  # fmt: skip
+    env = {"GRPO_INFERENCE_TOKEN": TOKEN}
+    with run_service(env, work, embedded=True, model=tiny_model_dir, serve=True) as running:
         _wait_for_serve(running)
         yield running
 
@@ -108,6 +108,7 @@ def test_a_stream_whose_client_goes_away_stops_decoding(
         assert first.startswith("data: {")  # then the client goes away
     after = wait_cancelled(svc, before)
     assert after["cancelled"] == before["cancelled"] + 1
+    print(f"{through}: {after['tokens'] - before['tokens']} tokens decoded before the cancel")
     assert after["tokens"] - before["tokens"] < LONG // 4  # stopped well before its cap
 
 
@@ -123,6 +124,7 @@ def test_a_request_whose_client_gives_up_stops_decoding(
         httpx.post(f"{svc.base_url}/v1/completions", json=body, headers=headers,
                    timeout=httpx.Timeout(60, read=3))  # fmt: skip
     after = wait_cancelled(svc, before)
+    print(f"{after['tokens'] - before['tokens']} tokens decoded before the cancel")
     assert after["tokens"] - before["tokens"] < LONG // 4
 
 
@@ -212,10 +214,37 @@ def test_raw_stream_ends_with_done(svc: RunningService, sdk: openai.OpenAI) -> N
     assert all(line.startswith("data: ") for line in lines) and lines[-1] == "data: [DONE]"
 
 
-def test_lora_checkpoints_are_served_on_one_base(svc: RunningService, sdk: openai.OpenAI) -> None:
+@pytest.fixture(scope="module")
+def judged_lora_job(svc: RunningService, sdk: openai.OpenAI) -> dict:
+    """One finished job for two tests (a worker run each would cost more than the tests): a
+    LoRA adapter checkpointed at both of its steps, trained on a `judge` verifier on the tiny
+    model, which the worker calls through serve."""
     client = svc.client(sdk.api_key)
-    job = submit_digit_job(client, TINY, lora={"r": 4, "alpha": 8})
-    assert wait_final(client, job["id"])["status"] == "succeeded"
+    config = {"model": TINY, "prompt_template": "Rate the answer {{item.answer}} from 0 to 9.",
+              "range": [0, 9], "max_tokens": 4}  # fmt: skip
+    r = client.post("/v1/verifiers", json={"name": "rate", "kind": "judge", "config": config})
+    assert r.status_code == 201, r.text
+    records = [{"prompt": f"Digit {i}:", "answer": str(i)} for i in range(2)]
+    r = client.post("/v1/datasets", json={"name": "judged", "records": records})
+    assert r.status_code == 201, r.text
+    spec = {
+        "base_model": TINY, "dataset": r.json()["id"], "verifiers": [{"name": "rate"}],
+        "grpo": {"steps": 2, "prompts_per_step": 2, "group_size": 2},
+        "generation": {"max_new_tokens": 4}, "checkpoint_every": 1,
+        "lora": {"r": 4, "alpha": 8},
+    }  # fmt: skip
+    r = client.post("/v1/jobs", json=spec)
+    assert r.status_code == 201, r.text
+    final = wait_final(client, r.json()["id"])
+    assert final["status"] == "succeeded", (final, svc.logs())
+    return final
+
+
+def test_lora_checkpoints_are_served_on_one_base(
+    svc: RunningService, sdk: openai.OpenAI, judged_lora_job: dict
+) -> None:
+    client = svc.client(sdk.api_key)
+    job = judged_lora_job
     ckpts = client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
     assert {c["format"] for c in ckpts} == {"peft-adapter"} and len(ckpts) == 2
     sdk.completions.create(model=TINY, prompt="1+1=", max_tokens=4)  # the base, loaded
@@ -300,28 +329,13 @@ def test_a_reinforcement_fine_tuning_job_trains_and_its_model_answers(
 
 
 def test_a_judge_verifier_trains_and_is_cached_per_job(
-    svc: RunningService, sdk: openai.OpenAI
+    svc: RunningService, sdk: openai.OpenAI, judged_lora_job: dict
 ) -> None:
     """A `judge` verifier on the tiny model, called by the worker through serve: its calls are
     counted per step, an input is sent once per job, and the tiny model's garbage answers are
     each a verifier error scored 0."""
     client = svc.client(sdk.api_key)
-    config = {"model": TINY, "prompt_template": "Rate the answer {{item.answer}} from 0 to 9.",
-              "range": [0, 9], "max_tokens": 4}  # fmt: skip
-    r = client.post("/v1/verifiers", json={"name": "rate", "kind": "judge", "config": config})
-    assert r.status_code == 201, r.text
-    records = [{"prompt": f"Digit {i}:", "answer": str(i)} for i in range(2)]
-    r = client.post("/v1/datasets", json={"name": "judged", "records": records})
-    assert r.status_code == 201, r.text
-    spec = {
-        "base_model": TINY, "dataset": r.json()["id"], "verifiers": [{"name": "rate"}],
-        "grpo": {"steps": 2, "prompts_per_step": 2, "group_size": 2},
-        "generation": {"max_new_tokens": 4}, "checkpoint_every": 2,
-    }  # fmt: skip
-    r = client.post("/v1/jobs", json=spec)
-    assert r.status_code == 201, r.text
-    final = wait_final(client, r.json()["id"])
-    assert final["status"] == "succeeded", (final, svc.logs())
+    final = judged_lora_job
     rows = client.get(f"/v1/jobs/{final['id']}/metrics").json()["data"]
     assert [row["step"] for row in rows] == [1, 2]
     calls = sum(row["judge/rate/calls"] for row in rows)
