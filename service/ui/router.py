@@ -1,6 +1,6 @@
 """Routes of the dashboard: `/ui` (log in, jobs), `/ui/jobs/{id}` (one job: curves, samples),
 `/ui/jobs/{id}/playground` (base and checkpoint side by side), `/ui/compare?jobs=a,b` (runs
-overlaid), `/ui/static/*`.
+overlaid), `/ui/evaluations?ids=a,b` (evaluations compared), `/ui/static/*`.
 
 The pages hold no data: the browser fetches everything from `/v1` with the API key, so these
 routes need no auth and never touch the database. Nothing is fetched from the internet.
@@ -21,7 +21,7 @@ STATIC_TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg
 PAGE = Template((HERE / "templates" / "page.html").read_text(encoding="utf-8"))
 BODIES = {
     name: (HERE / "templates" / f"{name}.html").read_text(encoding="utf-8")
-    for name in ("jobs", "job", "compare", "playground")
+    for name in ("jobs", "job", "compare", "playground", "evaluations")
 }
 # The pages run only their own scripts and styles and talk only to this origin: an injected
 # script or style in fetched data could neither run nor send the API key elsewhere.
@@ -63,6 +63,12 @@ def jobs_page() -> HTMLResponse:
 def compare_page() -> HTMLResponse:
     """2-4 runs overlaid; the browser reads the job ids from the query string."""
     return render("compare", "Compare runs")
+
+
+@router.get("/evaluations", response_class=HTMLResponse)
+def evaluations_page() -> HTMLResponse:
+    """Evaluations listed, the ticked ones compared (reward, verifier means, pass@k)."""
+    return render("evaluations", "Evaluations")
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)

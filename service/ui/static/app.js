@@ -1,5 +1,5 @@
 /* The dashboard's entry: the login form, then the page's view (common.js, charts.js,
-   jobs.js, job.js, samples.js, compare.js and playground.js are loaded before this file). The
+   jobs.js, job.js, samples.js, compare.js, playground.js and evaluations.js are loaded before this file). The
    API key lives in sessionStorage and goes out as a Bearer token; every number comes from the
    /v1 API. */
 "use strict";
@@ -9,6 +9,7 @@ const PAGES = {
   job: (body) => jobPage(body.dataset.jobId),
   compare: (body) => comparePage(),
   playground: (body) => playgroundPage(body.dataset.jobId),
+  evaluations: (body) => evaluationsPage(),
 };
 
 function start() {
