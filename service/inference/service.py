@@ -28,6 +28,7 @@ from service.models import Checkpoint
 from service.settings import Settings
 from service.storage import ObjectStorage
 from service.storage.archive import extract_tar
+from service.tinker.service import find_sampler
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,11 @@ def resolve(session: Session, tenant_id: str, model: str) -> Target:
             lineage=bool(job.spec.get("lineage")),
             full=ckpt.format == "full",
         )
+    if model.startswith("tinker://"):  # a Tinker run's sampler weights (docs/tinker.md)
+        sampler = find_sampler(session, tenant_id, model)
+        if sampler is None:
+            raise model_not_found(model)
+        return Target(sampler.id)  # `serve` resolves it: an adapter on its run's base
     if find_model(session, model) is None:
         raise model_not_found(model)
     return Target(model)

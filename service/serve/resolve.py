@@ -10,8 +10,9 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from service.catalog.lineage import is_full, lineage_rows
 from service.core.db import session_scope
-from service.models import CatalogModel, Checkpoint, Job
+from service.models import CatalogModel, Checkpoint, Job, TinkerCheckpoint, TinkerRun
 from service.settings import Settings
 from service.storage import ObjectStorage
 from service.storage.archive import extract_tar
@@ -32,6 +33,8 @@ class Resolver:
         with session_scope() as session:
             if model.startswith("ckpt_"):
                 return self._checkpoint(session, model)
+            if model.startswith("tkc_"):  # a Tinker sampler checkpoint (docs/tinker.md)
+                return self._tinker(session, model)
             row = session.get(CatalogModel, model)
             if row is None:
                 raise UnknownModel(f"model '{model}' not found")
@@ -46,11 +49,11 @@ class Resolver:
             return ModelRef(weights=self._unpacked(ckpt), label=checkpoint_id)
         # An adapter on its job's starting weights: the lineage, nearest first, down to full
         # weights (a full checkpoint, or the catalog model); adapters above those are merged.
-        chain = [session.get(Checkpoint, c) for c in job.spec.get("lineage", [])]
+        chain = lineage_rows(session, job.spec.get("lineage", []))
         if any(c is None for c in chain):
             raise UnknownModel(f"a checkpoint under '{checkpoint_id}' was deleted")
         dirs = [self._unpacked(c) for c in chain if c is not None]
-        if chain and chain[-1] is not None and chain[-1].format == "full":
+        if chain and is_full(chain[-1]):
             root, merged = dirs[-1], tuple(dirs[-2::-1])
         else:
             catalog = session.get(CatalogModel, job.base_model or "")
@@ -59,7 +62,16 @@ class Resolver:
             root, merged = model_path(catalog, self.settings), tuple(dirs[::-1])
         return ModelRef(root, merged, self._unpacked(ckpt), label=checkpoint_id)
 
-    def _unpacked(self, ckpt: Checkpoint) -> str:
+    def _tinker(self, session: Session, checkpoint_id: str) -> ModelRef:
+        ckpt = session.get(TinkerCheckpoint, checkpoint_id)
+        run = session.get(TinkerRun, ckpt.run_id) if ckpt is not None else None
+        catalog = session.get(CatalogModel, run.base_model) if run is not None else None
+        if ckpt is None or ckpt.kind != "sampler" or catalog is None:
+            raise UnknownModel(f"model '{checkpoint_id}' not found")
+        root = model_path(catalog, self.settings)
+        return ModelRef(root, (), self._unpacked(ckpt), label=checkpoint_id)
+
+    def _unpacked(self, ckpt: Checkpoint | TinkerCheckpoint) -> str:
         target = self.cache / ckpt.id
         if not target.is_dir():
             self.cache.mkdir(parents=True, exist_ok=True)

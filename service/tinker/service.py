@@ -208,6 +208,15 @@ def find_checkpoint(
     return row
 
 
+def find_sampler(session: Session, tenant_id: str, path: str) -> TinkerCheckpoint | None:
+    """The tenant's sampler checkpoint at a tinker:// path; None for anything else, exactly as
+    for a missing one (inference answers model_not_found)."""
+    try:
+        return find_checkpoint(session, tenant_id, path, "sampler")
+    except ProblemError:
+        return None
+
+
 def checkpoint_out(row: TinkerCheckpoint) -> schemas.CheckpointOut:
     return schemas.CheckpointOut(
         checkpoint_id=f"{KIND_SEGMENT[row.kind]}/{row.name}",

@@ -4,7 +4,9 @@ them with `base_url` and a `tml-` key of ours."""
 
 from __future__ import annotations
 
+import subprocess
 import tarfile
+import time
 from collections.abc import Iterator
 from io import BytesIO
 from pathlib import Path
@@ -14,20 +16,31 @@ import pytest
 import tinker
 from tinker import types
 
+from service.supervisor import serve_command
 from tests.api.server import run_api
-from tests.e2e.services import TINY, RunningService, _spawn, stop_all
+from tests.e2e.services import TINY, RunningService, _spawn, free_port, stop_all
 
 
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[RunningService]:
+    """The API, a tinker worker and (for /v1/completions on a sampler path) serve."""
     work = tmp_path_factory.mktemp("tinker")
-    env = {"GRPO_TINKER_LONG_POLL_S": "5", "GRPO_TINKER_WORKER_POLL_S": "0.05"}
+    serve_port = free_port()
+    env = {
+        "GRPO_TINKER_LONG_POLL_S": "5",
+        "GRPO_TINKER_WORKER_POLL_S": "0.05",
+        "GRPO_INFERENCE_URL": f"http://127.0.0.1:{serve_port}",
+        "GRPO_INFERENCE_TOKEN": "tinker-serve-token",
+    }
     with run_api(env, work, tiny_model_dir) as api:
         worker = _spawn(["tinker-worker", "--device", "cpu"], api.env, work / "tinker-worker.log")
+        with (work / "serve.log").open("wb") as log:
+            serve = subprocess.Popen(serve_command("127.0.0.1", serve_port), env=api.env,
+                                     stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
         try:
             yield api
         finally:
-            stop_all([worker], timeout=20)
+            stop_all([worker, serve], timeout=20)
 
 
 def client_for(svc: RunningService, tenant: str) -> tinker.ServiceClient:
@@ -157,9 +170,26 @@ def test_bad_input_is_an_sdk_error_and_the_worker_keeps_serving(
     assert loss_of(trainer.forward_backward(BATCH, "cross_entropy").result()) > 0
 
 
+def completion(svc: RunningService, key: str, model: str) -> httpx.Response:
+    """POST /v1/completions, once serve answers (it starts beside the module's API)."""
+    deadline = time.monotonic() + 60
+    while True:
+        with svc.client(key) as http:
+            r = http.post("/v1/completions", json={"model": model, "prompt": "ab", "max_tokens": 3})
+        if r.status_code != 503 or time.monotonic() > deadline:
+            return r
+        time.sleep(0.5)
+
+
 def test_tenants_stay_apart(alice: tinker.ServiceClient, svc: RunningService) -> None:
     trainer = alice.create_lora_training_client(base_model=TINY, rank=2).result()
     path = trainer.save_weights_for_sampler("mine").result().path
+    # The sampler path is a model of its tenant's /v1/completions (on serve), no one else's.
+    served = completion(svc, alice.holder._api_key.removeprefix("tml-"), path)
+    assert served.status_code == 200, served.text
+    assert served.json()["model"] == path and served.json()["choices"][0]["text"] is not None
+    stranger = completion(svc, svc.new_key("tinker-dave"), path)
+    assert stranger.status_code == 404 and stranger.json()["error"]["code"] == "model_not_found"
     bob = client_for(svc, "tinker-bob")
     try:
         bob_rest = bob.create_rest_client()
