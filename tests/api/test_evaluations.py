@@ -23,19 +23,20 @@ def test_bad_input_names_the_field(api: RunningService) -> None:
     make_verifier(client)
     dataset = make_dataset(client)
     big = make_dataset(client, "big", 11)  # GRPO_EVAL_MAX_RECORDS is 10 here
-    cases = {
-        "$.samples_per_prompt": evaluation_body(dataset, samples_per_prompt=65),
-        "$.verifiers": evaluation_body(dataset, verifiers=[]),
-        "$.dataset": evaluation_body(big),
-        "$.max_records": evaluation_body(dataset, max_records=11),
-        "$.model": evaluation_body(dataset, model="no-such-model"),
-        "$.verifiers[0].name": evaluation_body(dataset, verifiers=[{"name": "ghost"}]),
-        "$.queue": evaluation_body(dataset, queue="nowhere"),
-    }
-    for path, body in cases.items():
+    cases = [
+        ("$.samples_per_prompt", evaluation_body(dataset, samples_per_prompt=65)),
+        ("$.verifiers", evaluation_body(dataset, verifiers=[])),
+        ("$.dataset", evaluation_body(big)),
+        ("$.max_records", evaluation_body(dataset, max_records=11)),
+        ("$.model", evaluation_body(dataset, model="no-such-model")),
+        ("$.model", evaluation_body(dataset, model="ft:tiny::0000000000000000000000")),
+        ("$.verifiers[0].name", evaluation_body(dataset, verifiers=[{"name": "ghost"}])),
+        ("$.queue", evaluation_body(dataset, queue="nowhere")),
+    ]
+    for path, body in cases:
         r = client.post("/v1/evaluations", json=body)
         assert r.status_code == 422 and path in error_paths(r), (path, r.text)
-    assert "GRPO_EVAL_MAX_RECORDS" in _refusal(client, cases["$.dataset"])["detail"]
+    assert "GRPO_EVAL_MAX_RECORDS" in _refusal(client, cases[2][1])["detail"]
     # max_records under the limit makes the big dataset fine
     ok = client.post("/v1/evaluations", json=evaluation_body(big, max_records=10))
     assert ok.status_code == 201, ok.text
