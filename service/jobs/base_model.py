@@ -1,6 +1,8 @@
-"""A job's `base_model`, resolved at submission: a catalog name, or one of the tenant's own
-checkpoint ids. Nothing else is accepted (no paths, no URLs, no unregistered Hub ids), and the
-refusal reads the same whatever the string names on any machine."""
+"""A job's `base_model`, resolved at submission: a catalog name, one of the tenant's own
+checkpoint ids, or the tinker:// path of one of its Tinker runs' sampler weights (an adapter on
+the run's catalog base, `service.catalog.lineage`). Nothing else is accepted (no file paths, no
+URLs, no unregistered Hub ids), and the refusal reads the same whatever the string names on any
+machine."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
+from service.catalog.lineage import TINKER_PREFIX, find_sampler_weights
 from service.catalog.service import find_model, find_tenant_checkpoint
 from service.core.problems import FieldError
 from service.models import CatalogModel, Checkpoint
@@ -40,6 +43,8 @@ def resolve_base(
 ) -> tuple[ResolvedBase | None, FieldError | None]:
     if value.startswith(CHECKPOINT_PREFIX):
         return _from_checkpoint(session, tenant_id, value)
+    if value.startswith(TINKER_PREFIX):
+        return _from_sampler_weights(session, tenant_id, value)
     model = find_model(session, value)
     if model is None:
         return None, _refusal(value)
@@ -54,12 +59,9 @@ def _from_checkpoint(
         return None, _refusal(checkpoint_id)
     checkpoint, job = found
     root = job.base_model or job.spec.get("base_model", "")
-    model = find_model(session, root)
+    model, error = _trained_from(session, checkpoint_id, root)
     if model is None:
-        return None, FieldError(
-            path="$.base_model",
-            message=f"{checkpoint_id} was trained from {root!r}, which the catalog no longer has",
-        )
+        return None, error
     lineage = [checkpoint.id]
     if checkpoint.format != "full":  # an adapter needs its own job's starting weights too
         lineage += list(job.spec.get("lineage", []))
@@ -70,3 +72,25 @@ def _from_checkpoint(
             f"{MAX_LINEAGE - 1} (start from a checkpoint with merged or full weights)",
         )
     return ResolvedBase(model, checkpoint, lineage), None
+
+
+def _from_sampler_weights(
+    session: Session, tenant_id: str, path: str
+) -> tuple[ResolvedBase | None, FieldError | None]:
+    found = find_sampler_weights(session, tenant_id, path)
+    # Another tenant's path reads exactly like a missing one.
+    model, error = _trained_from(session, path, found[1].base_model) if found else (None, None)
+    if found is None or model is None:
+        return None, error or _refusal(path)
+    # The lineage pins the checkpoint's id: the path may be overwritten with other weights.
+    return ResolvedBase(model, None, [found[0].id]), None
+
+
+def _trained_from(
+    session: Session, what: str, root: str
+) -> tuple[CatalogModel | None, FieldError | None]:
+    model = find_model(session, root)
+    if model is None:
+        message = f"{what} was trained from {root!r}, which the catalog no longer has"
+        return None, FieldError(path="$.base_model", message=message)
+    return model, None

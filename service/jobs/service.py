@@ -283,8 +283,12 @@ def checkpoint_in_use(session: Session, checkpoint_id: str) -> bool:
         .join(Checkpoint, Checkpoint.job_id == Job.id)
         .where(Checkpoint.id == checkpoint_id)
     )
-    if tenant_id is None:
-        return False
+    return tenant_id is not None and lineage_in_use(session, tenant_id, checkpoint_id)
+
+
+def lineage_in_use(session: Session, tenant_id: str, checkpoint_id: str) -> bool:
+    """Whether an unfinished job of the tenant starts from the checkpoint (a job's, or a Tinker
+    run's sampler weights: `service.catalog.lineage`)."""
     rows = session.execute(
         select(Job.spec, Job.forked_from).where(
             Job.tenant_id == tenant_id, Job.status.in_(UNFINISHED_STATUSES)

@@ -15,6 +15,7 @@ from fastapi.responses import StreamingResponse
 from service.core.problems import ProblemError
 from service.http.deps import SessionDep, StorageDep, authenticate
 from service.jobs.budget import refuse_over_budget
+from service.jobs.service import lineage_in_use
 from service.tinker import futures, polling, schemas, service, wire
 from service.tinker.service import bad_request
 
@@ -38,8 +39,15 @@ CLIENT_CONFIG = {
 }
 
 
-async def tinker_tenant(request: Request, x_api_key: Annotated[str | None, Header()] = None) -> str:
-    """The tenant behind `X-API-Key: tml-<our key>` (or a bare key of ours)."""
+async def tinker_tenant(
+    request: Request,
+    x_api_key: Annotated[str | None, Header()] = None,
+    authorization: Annotated[str | None, Header()] = None,
+) -> str:
+    """The tenant behind `X-API-Key: tml-<our key>` (or a bare key of ours), or behind
+    `Authorization: Bearer <key>` as on /v1 (the dashboard's Tinker page sends that)."""
+    if not x_api_key and authorization and authorization.lower().startswith("bearer "):
+        x_api_key = authorization[7:].strip()
     if not x_api_key:
         raise ProblemError(401, "Unauthorized", "missing API key (X-API-Key: tml-<key>)")
     return await authenticate(request, x_api_key.removeprefix(KEY_PREFIX))
@@ -301,6 +309,8 @@ def delete_checkpoint(
     run_id: str, kind: str, name: str, tenant: TenantDep, db: SessionDep, storage: StorageDep
 ) -> Response:
     ckpt = service.find_checkpoint(db, tenant, f"tinker://{run_id}/{kind}/{name}")
+    if lineage_in_use(db, tenant, ckpt.id):  # as for a job's checkpoint (DELETE /v1/jobs/...)
+        raise ProblemError(409, "Conflict", f"{run_id}/{kind}/{name} is the base of a live job")
     db.delete(ckpt)
     db.flush()
     storage.delete(ckpt.object_key)

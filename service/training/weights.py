@@ -1,14 +1,16 @@
 """Where a claimed job's starting weights lie on this worker: its catalog model (a local
 directory, or the Hub snapshot pinned at submission, from the shared HF_HOME cache), or the
-tenant's checkpoints it fine-tunes from, fetched from storage and unpacked."""
+tenant's checkpoints (or Tinker sampler weights) it fine-tunes from, fetched from storage and
+unpacked."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from service.catalog.lineage import LineageRow, is_full, lineage_rows
 from service.core.db import session_scope
-from service.models import CatalogModel, Checkpoint, Job
+from service.models import CatalogModel, Job
 from service.settings import Settings
 from service.storage import ObjectStorage
 from service.storage.archive import extract_tar
@@ -38,7 +40,7 @@ def weights_for(
         raise ModelLoadError(f"base_model {name!r} is not in the model catalog")
     with session_scope() as session:
         model = session.get(CatalogModel, catalog_model)
-        chain = [session.get(Checkpoint, c) for c in spec.get("lineage", [])]
+        chain = lineage_rows(session, spec.get("lineage", []))
         if model is not None:
             session.expunge(model)
         for c in chain:
@@ -51,7 +53,7 @@ def weights_for(
     dirs = [_unpack(c, storage, work_dir / "base") for c in chain if c is not None]
     # The chain runs from the parent down to full weights (a full checkpoint, or the catalog
     # model): adapters above those are merged in, oldest first.
-    if chain and chain[-1] is not None and chain[-1].format == "full":
+    if chain and is_full(chain[-1]):
         root, adapters = str(dirs[-1]), dirs[-2::-1]
     else:
         root, adapters = model_path(model, settings), dirs[::-1]
@@ -80,7 +82,7 @@ def model_path(model: CatalogModel, settings: Settings) -> str:
         raise ModelLoadError(f"cannot fetch {model.name!r} ({model.source}): {exc}") from exc
 
 
-def _unpack(checkpoint: Checkpoint, storage: ObjectStorage, into: Path) -> Path:
+def _unpack(checkpoint: LineageRow, storage: ObjectStorage, into: Path) -> Path:
     into.mkdir(parents=True, exist_ok=True)
     archive, directory = into / f"{checkpoint.id}.tar", into / checkpoint.id
     storage.download_file(checkpoint.object_key, archive)
