@@ -5,13 +5,18 @@ samples paging and cancel. Runs end to end: tests/e2e/test_evaluations.py."""
 from __future__ import annotations
 
 import httpx
+from sqlalchemy import update
+from sqlalchemy.orm import Session
 
+from service.core.db import make_engine
 from service.core.ids import new_id
+from service.models import Job
 from tests.api.conftest import tenant_client
 from tests.api.helpers import error_paths, evaluation_body, make_dataset, make_verifier, problem
+from tests.api.server import settings_of
 from tests.api.test_downloads import seed_checkpoint
 from tests.api.test_usage import seed_usage
-from tests.e2e.services import RunningService
+from tests.e2e.services import TINY, RunningService
 
 
 def _refusal(client: httpx.Client, body: dict) -> dict:
@@ -105,3 +110,24 @@ def test_a_tenant_over_its_budget_gets_402(api: RunningService) -> None:
     assert body["type"].endswith("/budget-exhausted")
     # the 422s come first, as for jobs
     _refusal(client, evaluation_body(dataset, samples_per_prompt=65))
+
+
+def test_a_fine_tuned_model_is_its_final_checkpoint(api: RunningService) -> None:
+    owner, stranger = tenant_client(api), tenant_client(api)
+    job_id, _ = seed_checkpoint(api, owner, b"tar")
+    dataset = owner.get(f"/v1/jobs/{job_id}").json()["spec"]["dataset"]
+    engine = make_engine(settings_of(api).effective_database_url)
+    with Session(engine) as s, s.begin():  # as a succeeded fine-tuning job leaves its row
+        s.execute(
+            update(Job)
+            .where(Job.id == job_id)
+            .values(status="succeeded", fine_tuning={"model": TINY, "suffix": "x"})
+        )
+    engine.dispose()
+    name = f"ft:{TINY}:x:{job_id.removeprefix('job_')}"
+    made = owner.post("/v1/evaluations", json=evaluation_body(dataset, model=name))
+    assert made.status_code == 201, made.text
+    assert made.json()["model"] == name
+    make_verifier(stranger)
+    theirs = _refusal(stranger, evaluation_body(make_dataset(stranger), model=name))
+    assert error_paths_of(theirs) == ["$.model"] and "neither a catalog model" in theirs["detail"]

@@ -15,6 +15,8 @@ from service.evaluations import rows
 from service.jobs.lifecycle import LeaseLost
 from service.models import Evaluation, Tenant
 from service.models.base import utcnow
+from service.settings import Settings
+from service.training.reconciler import reconcile_evaluations
 
 
 def _new(sessions: sessionmaker[Session]) -> str:
@@ -92,3 +94,27 @@ def test_expired_leases(sessions: sessionmaker[Session]) -> None:
     assert row.status == "failed" and row.error["code"] == "lease_lost"
     with sessions.begin() as s, pytest.raises(LeaseLost):  # a stale epoch writes nothing
         rows.fence(s, ids[1], 1)
+
+
+def test_reconciler_sends_lost_messages_and_takes_back_leases(
+    sessions: sessionmaker[Session],
+) -> None:
+    settings = Settings(max_attempts=2, requeue_after_seconds=30)
+    waiting, fresh, lost = (_new(sessions) for _ in range(3))
+    with sessions.begin() as s:
+        old = utcnow() - timedelta(seconds=60)
+        s.execute(update(Evaluation).where(Evaluation.id == waiting).values(enqueued_at=old))
+        assert rows.claim(s, lost, -1) == 1  # its worker died: the lease ran out
+
+    def run(depth: int | None) -> set[str]:
+        with sessions.begin() as s:
+            return {e.id for e in reconcile_evaluations(s, settings, lambda _queue: depth)}
+
+    # the queue still holds messages (or cannot tell): only the lost lease comes back
+    assert run(3) == {lost}
+    assert _get(sessions, lost).status == "queued"
+    assert run(None) == set()
+    # an empty queue: the long-waiting one's message was lost; `lost` was enqueued just now
+    assert run(0) == {waiting}
+    assert run(0) == set()  # enqueued again: it waits anew
+    assert fresh not in run(0)
