@@ -114,6 +114,6 @@ def list_samples(
     evaluation: EvaluationDep, session: SessionDep, page: PageDep
 ) -> Page[EvaluationSampleOut]:
     """Every completion with its verifiers' scores and reward, record by record (`after`: the
-    `next` of the previous page). Written when the evaluation succeeds."""
+    `next` of the previous page). Stored batch by batch while it runs."""
     found, has_more, nxt = service.list_samples(session, evaluation, page)
     return Page[EvaluationSampleOut](data=[_sample(s) for s in found], has_more=has_more, next=nxt)
