@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from service.jobs.lifecycle import LeaseLost
@@ -82,6 +82,18 @@ def fence(session: Session, evaluation_id: str, epoch: int) -> str:
     if status is None:
         raise LeaseLost(f"evaluation {evaluation_id} epoch {epoch} no longer holds the lease")
     return status
+
+
+def stored(session: Session, evaluation_id: str, epoch: int) -> int:
+    """Samples this claim has stored: the run's progress, as its pool process sees it."""
+    return (
+        session.scalar(
+            select(func.count())
+            .select_from(EvaluationSample)
+            .where(EvaluationSample.evaluation_id == evaluation_id, EvaluationSample.epoch == epoch)
+        )
+        or 0
+    )
 
 
 def start_over(session: Session, evaluation_id: str, epoch: int) -> None:

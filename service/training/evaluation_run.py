@@ -4,7 +4,8 @@
   lease, starts the run in a process of its own (`python -m service.training.evaluation_run ID
   EPOCH`: tenant code never runs in the pool process), renews the lease while that process
   lives, and kills it (with its verifier sandboxes) when a cancel is asked for or the lease is
-  lost; the outcome's transition meters the device time from the claim;
+  lost, or when it stores no batch within its queue's step budget; the outcome's transition
+  meters the device time from the claim;
 - the run (`main`) loads the weights as a job would (`weights_for`: catalog model, checkpoint or
   adapter chain), samples and scores through the engine (`workers.grpo.model_eval`) with the
   pinned verifiers (`open_scorers`, the sandbox included), stores each batch's samples fenced
@@ -22,10 +23,11 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import insert, select
 
 from service.core.db import session_scope
 from service.evaluations import rows
@@ -48,13 +50,15 @@ def supervise(evaluation_id: str, settings: Settings | None = None) -> None:
     settings = settings or get_settings()
     with session_scope() as session:
         epoch = rows.claim(session, evaluation_id, settings.lease_seconds)
-    if epoch is None:
+        queue = session.scalar(select(Evaluation.queue).where(Evaluation.id == evaluation_id))
+    if epoch is None or queue is None:
         log.info("evaluation %s is not claimable (taken or final)", evaluation_id)
         return
     command = [sys.executable, "-m", "service.training.evaluation_run", evaluation_id, str(epoch)]
     proc = subprocess.Popen(command, process_group=0)
+    stall = Stall(settings.step_timeout_for(queue), settings.startup_timeout_s)
     try:
-        error = _watch(proc, evaluation_id, epoch, settings)
+        error = _watch(proc, evaluation_id, epoch, settings, stall)
     except BaseException:
         kill_tree(proc)
         raise
@@ -63,8 +67,30 @@ def supervise(evaluation_id: str, settings: Settings | None = None) -> None:
             rows.finish(session, evaluation_id, epoch, None, error)
 
 
+@dataclass
+class Stall:
+    """A run that stores no new batch within its queue's step budget (before its first batch,
+    that plus GRPO_STARTUP_TIMEOUT_S: the model loads) is stuck: its worker kills it, as a
+    job's watchdog kills a step that overruns."""
+
+    step_s: float
+    startup_s: float
+    seen: int = 0  # samples stored when last looked
+    since: float = field(default_factory=time.monotonic)
+
+    def overdue(self, stored: int, now: float) -> bool:
+        if stored != self.seen:
+            self.seen, self.since = stored, now
+        budget = self.step_s + (self.startup_s if self.seen == 0 else 0.0)
+        return now - self.since > budget
+
+
 def _watch(
-    proc: subprocess.Popen[bytes], evaluation_id: str, epoch: int, settings: Settings
+    proc: subprocess.Popen[bytes],
+    evaluation_id: str,
+    epoch: int,
+    settings: Settings,
+    stall: Stall,
 ) -> dict[str, str] | None:
     """Wait for the run, renewing its lease; the error to record if it left no outcome (None:
     the lease was lost, the row is another claim's)."""
@@ -80,6 +106,7 @@ def _watch(
             try:
                 with session_scope() as session:
                     status = rows.renew(session, evaluation_id, epoch, settings.lease_seconds)
+                    stored = rows.stored(session, evaluation_id, epoch)
             except LeaseLost:
                 if proc.poll() is not None:
                     continue  # it has just recorded its outcome (the lease went with it)
@@ -89,6 +116,12 @@ def _watch(
             if status == "cancelling":
                 kill_tree(proc)
                 return {"code": "cancelled", "message": "cancelled"}  # finish: `cancelled`
+            if stall.overdue(stored, time.monotonic()):
+                kill_tree(proc)
+                message = f"no batch stored within {stall.step_s + stall.startup_s:g}s"
+                if stall.seen:
+                    message = f"no batch stored within {stall.step_s:g}s (the step budget)"
+                return {"code": "step_timeout", "message": message}
             continue
         # A run that recorded its outcome left nothing to finish (`finish` then does nothing);
         # one that found its row cancelled before it began recorded none: finish it here.
