@@ -1,6 +1,7 @@
 """Routes of the dashboard: `/ui` (log in, jobs), `/ui/jobs/{id}` (one job: curves, samples),
 `/ui/jobs/{id}/playground` (base and checkpoint side by side), `/ui/compare?jobs=a,b` (runs
-overlaid), `/ui/evaluations?ids=a,b` (evaluations compared), `/ui/static/*`.
+overlaid), `/ui/evaluations?ids=a,b` (evaluations compared), `/ui/tinker` (Tinker API runs and
+their checkpoints), `/ui/static/*`.
 
 The pages hold no data: the browser fetches everything from `/v1` with the API key, so these
 routes need no auth and never touch the database. Nothing is fetched from the internet.
@@ -21,7 +22,7 @@ STATIC_TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg
 PAGE = Template((HERE / "templates" / "page.html").read_text(encoding="utf-8"))
 BODIES = {
     name: (HERE / "templates" / f"{name}.html").read_text(encoding="utf-8")
-    for name in ("jobs", "job", "compare", "playground", "evaluations")
+    for name in ("jobs", "job", "compare", "playground", "evaluations", "tinker")
 }
 # The pages run only their own scripts and styles and talk only to this origin: an injected
 # script or style in fetched data could neither run nor send the API key elsewhere.
@@ -69,6 +70,12 @@ def compare_page() -> HTMLResponse:
 def evaluations_page() -> HTMLResponse:
     """Evaluations listed, the ticked ones compared (reward, verifier means, pass@k)."""
     return render("evaluations", "Evaluations")
+
+
+@router.get("/tinker", response_class=HTMLResponse)
+def tinker_page() -> HTMLResponse:
+    """The tenant's Tinker training runs beside its jobs, each with its checkpoints."""
+    return render("tinker", "Tinker runs")
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)

@@ -14,11 +14,15 @@ from pathlib import Path
 import httpx
 import pytest
 import tinker
+from selenium import webdriver
 from tinker import types
 
 from service.supervisor import serve_command
 from tests.api.server import run_api
 from tests.e2e.services import TINY, RunningService, _spawn, free_port, stop_all
+from tests.ui.browser import PageWait, browser, console_errors, wait_for
+
+__all__ = ["browser"]  # the fixture
 
 
 @pytest.fixture(scope="module")
@@ -268,3 +272,18 @@ def test_device_time_shows_in_usage_and_a_budget_stops_new_work(svc: RunningServ
         assert refused.value.status_code == 402
     finally:
         carol.close("success").result()
+
+
+def test_the_dashboard_lists_runs_and_checkpoints(
+    alice: tinker.ServiceClient, svc: RunningService, browser: webdriver.Chrome
+) -> None:
+    trainer = alice.create_lora_training_client(base_model=TINY, rank=2).result()
+    path = trainer.save_weights_for_sampler("shown").result().path
+    browser.get(f"{svc.base_url}/ui/tinker")
+    key = alice.holder._api_key.removeprefix("tml-")
+    browser.execute_script("sessionStorage.setItem(KEY, arguments[0]);", key)
+    browser.get(f"{svc.base_url}/ui/tinker")
+    row = wait_for(browser, f"#tinker-runs tr[data-run-id='{trainer.model_id}']")
+    PageWait(browser, 20).until(lambda d: path in row.text)
+    assert TINY in row.text and "sampler" in row.text
+    assert console_errors(browser) == []

@@ -1,5 +1,5 @@
 /* The dashboard's entry: the login form, then the page's view (common.js, charts.js,
-   jobs.js, job.js, samples.js, compare.js, playground.js and evaluations.js are loaded before this file). The
+   jobs.js, job.js, samples.js, compare.js, playground.js, evaluations.js and tinker.js are loaded before this file). The
    API key lives in sessionStorage and goes out as a Bearer token; every number comes from the
    /v1 API. */
 "use strict";
@@ -10,6 +10,7 @@ const PAGES = {
   compare: (body) => comparePage(),
   playground: (body) => playgroundPage(body.dataset.jobId),
   evaluations: (body) => evaluationsPage(),
+  tinker: (body) => tinkerPage(),
 };
 
 function start() {
