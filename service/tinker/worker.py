@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete
+from sqlalchemy import delete, select
 
 from service.core.db import session_scope
 from service.core.ids import new_id
@@ -34,6 +34,14 @@ from service.tinker import futures
 from service.tinker.service import tinker_path
 
 log = logging.getLogger("grpo.tinker")
+
+
+# Requests that change a run's state: once one is done, the run cannot be re-created empty.
+STATEFUL = ("forward_backward", "optim_step", "load_weights")
+
+
+class RunLost(RuntimeError):
+    """The run's in-memory state is gone (the worker restarted)."""
 
 
 def _only(cls: type, values: dict[str, Any]) -> Any:
@@ -79,6 +87,8 @@ class TinkerWorker:
             result = getattr(self, f"_{row.kind}")(row, after)
         except TinkerInputError as exc:
             error = {"error": f"{exc.field}: {exc.message}", "category": "user"}
+        except RunLost as exc:
+            error = {"error": str(exc), "category": "server"}
         except Exception as exc:  # the worker keeps serving the other requests
             log.exception("tinker request %s (%s) failed", row.id, row.kind)
             error = {"error": f"internal error ({type(exc).__name__})", "category": "server"}
@@ -123,7 +133,9 @@ class TinkerWorker:
         return host
 
     def _run(self, row: TinkerRequest) -> Any:
-        """The run's host, the run created on it at its first request."""
+        """The run's host, the run created on it at its first request. A run this worker does
+        not hold but that has trained (a worker restarted since) is not silently re-initialised:
+        its request fails, and `load_state` from a checkpoint brings it back."""
         from workers.tinker.types import LoraConfig
 
         host = self._host(row.base_model)
@@ -131,8 +143,20 @@ class TinkerWorker:
             with session_scope() as session:
                 run = session.get(TinkerRun, row.run_id)
                 config = dict(run.lora_config) if run else {}
+                trained = session.scalar(
+                    select(TinkerRequest.seq).where(
+                        TinkerRequest.run_id == row.run_id,
+                        TinkerRequest.status == "done",
+                        TinkerRequest.kind.in_(STATEFUL),
+                    )
+                )
             if not config:
                 raise LookupError(f"run {row.run_id} is gone")
+            if trained is not None and row.kind != "load_weights":
+                raise RunLost(
+                    "this run's adapter and optimiser state were lost when its tinker worker "
+                    "restarted: load_state from one of its checkpoints to go on"
+                )
             host.create_run(row.run_id, _only(LoraConfig, config))
         return host
 

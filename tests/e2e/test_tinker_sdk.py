@@ -37,14 +37,19 @@ def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Itera
         "GRPO_INFERENCE_TOKEN": "tinker-serve-token",
     }
     with run_api(env, work, tiny_model_dir) as api:
-        worker = _spawn(["tinker-worker", "--device", "cpu"], api.env, work / "tinker-worker.log")
+        api.procs.append(start_worker(api))
         with (work / "serve.log").open("wb") as log:
             serve = subprocess.Popen(serve_command("127.0.0.1", serve_port), env=api.env,
                                      stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
         try:
             yield api
         finally:
-            stop_all([worker, serve], timeout=20)
+            stop_all([*api.procs[1:], serve], timeout=20)
+
+
+def start_worker(api: RunningService) -> subprocess.Popen[bytes]:
+    log = api.log_dir / f"tinker-worker-{len(api.procs)}.log"
+    return _spawn(["tinker-worker", "--device", "cpu"], api.env, log)
 
 
 def client_for(svc: RunningService, tenant: str) -> tinker.ServiceClient:
@@ -287,3 +292,23 @@ def test_the_dashboard_lists_runs_and_checkpoints(
     PageWait(browser, 20).until(lambda d: path in row.text)
     assert TINY in row.text and "sampler" in row.text
     assert console_errors(browser) == []
+
+
+def test_a_restarted_worker_never_resets_a_trained_run(
+    alice: tinker.ServiceClient, svc: RunningService
+) -> None:
+    """The run's state lived in the worker: after a restart its next request fails (it is not
+    silently re-initialised) and load_state brings it back exactly."""
+    trainer = alice.create_lora_training_client(base_model=TINY, rank=2).result()
+    trainer.forward_backward(BATCH, "cross_entropy").result()
+    trainer.optim_step(ADAM).result()
+    path = trainer.save_state("before-restart").result().path
+    expected = loss_of(trainer.forward(BATCH, "cross_entropy").result())
+    stop_all([svc.procs.pop()], timeout=20)
+    svc.procs.append(start_worker(svc))
+    with pytest.raises(tinker.RequestFailedError, match="lost when its tinker worker restarted"):
+        trainer.forward(BATCH, "cross_entropy").result()
+    back = alice.create_training_client_from_state_with_optimizer(path).result()
+    assert loss_of(back.forward(BATCH, "cross_entropy").result()) == pytest.approx(
+        expected, abs=1e-6
+    )
