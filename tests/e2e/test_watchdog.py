@@ -213,7 +213,8 @@ def test_cancel_of_a_hung_job_frees_the_worker(cluster: Cluster) -> None:
         assert len(lost) == 1, events(client, job["id"])
     wait_for(lambda: not sandboxes(cluster), "the sandbox to be gone", timeout=10)
     other = cluster.client("after-cancel")
-    nxt = submit_digit_job(other, TINY, queue="patient")
+    one_step = {"steps": 1, "prompts_per_step": 2, "group_size": 4, "learning_rate": 1e-3}
+    nxt = submit_digit_job(other, TINY, queue="patient", grpo=one_step)
     assert wait_final(other, nxt["id"], timeout=180)["status"] == "succeeded"
     print(f"\ncancel of a hung job: cancelled {took:.1f}s after the cancel; the worker then ran "
           "the next job")  # fmt: skip
@@ -243,8 +244,8 @@ def test_the_lease_holds_while_a_built_in_kind_holds_the_gil_past_it(cluster: Cl
     assert r.status_code == 201, r.text
     spec = {
         "base_model": TINY, "dataset": r.json()["id"], "verifiers": [{"name": "frac"}],
-        "grpo": {"steps": 2, "prompts_per_step": 1, "group_size": 2}, "queue": "patient",
-        "generation": {"max_new_tokens": 8}, "checkpoint_every": 2,
+        "grpo": {"steps": 1, "prompts_per_step": 1, "group_size": 2}, "queue": "patient",
+        "generation": {"max_new_tokens": 8}, "checkpoint_every": 1,
     }  # fmt: skip
     r = client.post("/v1/jobs", json=spec)
     assert r.status_code == 201, r.text
@@ -259,9 +260,9 @@ def test_the_lease_holds_while_a_built_in_kind_holds_the_gil_past_it(cluster: Cl
     assert job["status"] == "succeeded", (job, cluster.svc.logs())
     assert [c["epoch"] for c in claims(client, job_id)] == [1]  # never taken from its run
     rows = client.get(f"/v1/jobs/{job_id}/metrics").json()["data"]
-    assert [row["errors/frac"] for row in rows] == [0.0, 0.0]  # scored, not timed out
+    assert [row["errors/frac"] for row in rows] == [0.0]  # scored, not timed out
     step_s = [row["step_seconds"] for row in rows]
-    assert min(step_s) > 5, step_s  # more than a lease in C in every step (two ~8 s references)
+    assert min(step_s) > 5, step_s  # more than a lease in C in the step (two ~8 s references)
     assert margins and min(margins) > 2.0, margins
     steps = ", ".join(f"{s:.1f}" for s in step_s)
     print(f"\nbuilt-in kind in C past the lease: steps of {steps} s, one attempt, the lease "
