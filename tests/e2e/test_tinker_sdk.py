@@ -176,6 +176,9 @@ def test_bad_input_is_an_sdk_error_and_the_worker_keeps_serving(
     with pytest.raises(tinker.BadRequestError, match="outside"):
         trainer.forward_backward([datum([1, 2, 10**7])], "cross_entropy").result()
     trainer = alice.create_lora_training_client(base_model=TINY, rank=2).result()
+    with pytest.raises(tinker.BadRequestError, match="over the context"):
+        trainer.forward_backward([datum([5] * 2000)], "cross_entropy").result()
+    trainer = alice.create_lora_training_client(base_model=TINY, rank=2).result()
     assert loss_of(trainer.forward_backward(BATCH, "cross_entropy").result()) > 0
 
 
