@@ -164,6 +164,8 @@ def claim_next(
     if bases is not None:
         queued = queued.where(TinkerRequest.base_model.in_(list(bases)))
     heads = [tuple(h) for h in session.execute(queued.group_by(TinkerRequest.tenant_id))]
+    if not heads:  # an idle worker's look: one query
+        return None
     busy = set(
         session.scalars(
             select(TinkerRequest.tenant_id).where(TinkerRequest.status == "running").distinct()
