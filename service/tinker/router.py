@@ -172,6 +172,10 @@ def save_for_sampler(body: schemas.SaveForSamplerIn, tenant: TenantDep, db: Sess
     if body.path is None:
         name = f"ephemeral-{futures.new_checkpoint_id()}"
     service.check_name_free(db, run, "sampler", name, True)
+    path = service.tinker_path(run.id, "sampler", name)
+    taken = service.find_sampler(db, tenant, path)  # a job pins its id: keep what it loads
+    if taken is not None and lineage_in_use(db, tenant, taken.id):
+        raise ProblemError(409, "Conflict", f"{path} is the base of a live job (another name)")
     payload = {"name": name, "user_metadata": body.user_metadata,
                "sampling_session": body.path is None}  # fmt: skip
     return _future(futures.submit(db, tenant, "save_for_sampler", run.base_model, payload, run))
@@ -310,7 +314,9 @@ def delete_checkpoint(
 ) -> Response:
     ckpt = service.find_checkpoint(db, tenant, f"tinker://{run_id}/{kind}/{name}")
     if lineage_in_use(db, tenant, ckpt.id):  # as for a job's checkpoint (DELETE /v1/jobs/...)
-        raise ProblemError(409, "Conflict", f"{run_id}/{kind}/{name} is the base of a live job")
+        raise ProblemError(
+            409, "Conflict", f"tinker://{run_id}/{kind}/{name} is the base of a live job"
+        )
     db.delete(ckpt)
     db.flush()
     storage.delete(ckpt.object_key)
