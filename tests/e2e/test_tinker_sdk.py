@@ -31,7 +31,9 @@ def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Itera
     work = tmp_path_factory.mktemp("tinker")
     serve_port = free_port()
     env = {
-        "GRPO_TINKER_LONG_POLL_S": "5",
+        # Short: the worker's first request (torch, the model) outlasts it, so the SDK meets
+        # `try_again` answers and polls again.
+        "GRPO_TINKER_LONG_POLL_S": "1",
         "GRPO_TINKER_WORKER_POLL_S": "0.05",
         "GRPO_INFERENCE_URL": f"http://127.0.0.1:{serve_port}",
         "GRPO_INFERENCE_TOKEN": "tinker-serve-token",
@@ -308,6 +310,15 @@ def test_a_restarted_worker_never_resets_a_trained_run(
     path = trainer.save_state("before-restart").result().path
     expected = loss_of(trainer.forward(BATCH, "cross_entropy").result())
     stop_all([svc.procs.pop()], timeout=20)
+    # No worker: a request waits, and its future says so (the SDK would poll again).
+    headers = {"X-API-Key": alice.holder._api_key}
+    sample = {"prompt": {"chunks": [{"type": "encoded_text", "tokens": [5, 9]}]},
+              "sampling_params": {"max_tokens": 2}, "base_model": TINY}  # fmt: skip
+    with httpx.Client(base_url=f"{svc.base_url}/api/v1", headers=headers, timeout=30) as http:
+        request_id = http.post("/asample", json=sample).json()["request_id"]
+        pending = http.post("/retrieve_future", json={"request_id": request_id}).json()
+    assert pending["type"] == "try_again" and pending["queue_position"] == 0
+    assert pending["queue_state"] == "active" and pending["request_id"] == request_id
     svc.procs.append(start_worker(svc))
     with pytest.raises(tinker.RequestFailedError, match="lost when its tinker worker restarted"):
         trainer.forward(BATCH, "cross_entropy").result()
