@@ -92,6 +92,7 @@ def test_supervised_steps_lower_the_loss_and_state_resumes_exactly(
     trainer = alice.create_lora_training_client(base_model=TINY, rank=4, seed=1).result()
     info = trainer.get_info()
     assert (info.model_name, info.lora_rank, info.is_lora) == (TINY, 4, True)
+    assert trainer.get_tokenizer().decode([40, 41]) == "AB"  # the catalog model's own
     first = loss_of(trainer.forward(BATCH, "cross_entropy").result())
     for _ in range(4):
         fb = trainer.forward_backward(BATCH, "cross_entropy")
