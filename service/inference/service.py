@@ -24,7 +24,7 @@ from service.catalog.fine_tuned import PREFIX as FINE_TUNED_PREFIX
 from service.catalog.fine_tuned import find_fine_tuned
 from service.catalog.service import find_model, find_tenant_checkpoint
 from service.core.problems import ProblemError, model_not_found
-from service.models import Checkpoint
+from service.models import Checkpoint, TinkerCheckpoint
 from service.settings import Settings
 from service.storage import ObjectStorage
 from service.storage.archive import extract_tar
@@ -36,7 +36,8 @@ class Target:
     """What the backend is asked to run: `model` as it knows it."""
 
     model: str
-    adapter: Checkpoint | None = None  # openai backend: an adapter checkpoint to load first
+    # openai backend: an adapter checkpoint (a job's, or a Tinker run's sampler weights) to load
+    adapter: Checkpoint | TinkerCheckpoint | None = None
     lineage: bool = False  # the adapter sits on other checkpoints (merged at load)
     full: bool = False  # a full-weights checkpoint
 
@@ -63,7 +64,9 @@ def resolve(session: Session, tenant_id: str, model: str) -> Target:
         sampler = find_sampler(session, tenant_id, model)
         if sampler is None:
             raise model_not_found(model)
-        return Target(sampler.id)  # `serve` resolves it: an adapter on its run's base
+        # serve resolves the id itself (an adapter on its run's base); an openai backend loads
+        # the adapter under that id, as a job's adapter checkpoint
+        return Target(sampler.id, adapter=sampler)
     if find_model(session, model) is None:
         raise model_not_found(model)
     return Target(model)
@@ -153,7 +156,7 @@ def prepare_openai_adapter(
     _loaded_adapters.add(ckpt.id)
 
 
-def _unpack(ckpt: Checkpoint, root: Path, storage: ObjectStorage) -> Path:
+def _unpack(ckpt: Checkpoint | TinkerCheckpoint, root: Path, storage: ObjectStorage) -> Path:
     target = root.expanduser().resolve() / ckpt.id
     if target.is_dir():
         return target

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from service.core.db import make_engine
@@ -83,11 +83,8 @@ def sdk(api: RunningService) -> Iterator[openai.OpenAI]:
         yield client
 
 
-def seed_adapter(api: RunningService, ft_job_id: str) -> str:
-    """As a worker leaves a LoRA job that succeeded: its adapter checkpoint (a tar of
-    adapter_config.json and the weights) in storage, the job succeeded."""
-    settings = settings_of(api)
-    ckpt_id, job_id = new_id("ckpt"), "job_" + ft_job_id.removeprefix("ftjob-")
+def adapter_tar() -> bytes:
+    """A stored adapter checkpoint: a tar of adapter_config.json and the weights."""
     data = io.BytesIO()
     with tarfile.open(fileobj=data, mode="w") as tar:
         for name, content in (
@@ -97,6 +94,15 @@ def seed_adapter(api: RunningService, ft_job_id: str) -> str:
             info = tarfile.TarInfo(name)
             info.size = len(content)
             tar.addfile(info, io.BytesIO(content))
+    return data.getvalue()
+
+
+def seed_adapter(api: RunningService, ft_job_id: str) -> str:
+    """As a worker leaves a LoRA job that succeeded: its adapter checkpoint (a tar of
+    adapter_config.json and the weights) in storage, the job succeeded."""
+    settings = settings_of(api)
+    ckpt_id, job_id = new_id("ckpt"), "job_" + ft_job_id.removeprefix("ftjob-")
+    data = io.BytesIO(adapter_tar())
     key = f"jobs/{job_id}/{ckpt_id}.tar"
     open_storage_from_settings(settings).put_bytes(key, data.getvalue())
     engine = make_engine(settings.effective_database_url)
@@ -195,3 +201,32 @@ def test_a_backend_down_is_503_and_once_restarted_it_gets_the_adapter_again(
     assert out.model == name and out.choices[0].text == f"the answer from {ckpt}"
     assert [b["lora_name"] for b in vllm.bodies(LOAD)[loads:]] == [ckpt]
     assert vllm.adapters == {ckpt: vllm.bodies(LOAD)[-1]["lora_path"]}
+
+
+def test_a_tinker_sampler_path_is_loaded_as_an_adapter(
+    api: RunningService, vllm: FakeVllm, shared: tuple[Path, Path]
+) -> None:
+    """A Tinker run's sampler weights (docs/tinker.md), named by their tinker:// path: unpacked
+    where vLLM reads them and loaded under their checkpoint id, as a job's adapter."""
+    from service.models import Tenant, TinkerCheckpoint, TinkerRun
+
+    tenant_name = f"tinker-vllm-{secrets.token_hex(4)}"
+    key = api.new_key(tenant_name)
+    settings = settings_of(api)
+    ckpt_id, run_id = new_id("tkc"), f"tks_{secrets.token_hex(6)}:train:0"
+    object_key = f"tinker/{ckpt_id}.tar"
+    open_storage_from_settings(settings).put_bytes(object_key, adapter_tar())
+    engine = make_engine(settings.effective_database_url)
+    with Session(engine) as s, s.begin():
+        tenant = s.scalars(select(Tenant).where(Tenant.name == tenant_name)).one()
+        s.add(TinkerRun(id=run_id, tenant_id=tenant.id, base_model=CHAT, lora_rank=4))
+        s.flush()
+        s.add(TinkerCheckpoint(id=ckpt_id, run_id=run_id, tenant_id=tenant.id, kind="sampler",
+                               name="s1", object_key=object_key))  # fmt: skip
+    engine.dispose()
+    path = f"tinker://{run_id}/sampler_weights/s1"
+    with openai.OpenAI(base_url=f"{api.base_url}/v1", api_key=key, max_retries=0) as client:
+        out = client.completions.create(model=path, prompt="x")
+    assert out.model == path and out.choices[0].text == f"the answer from {ckpt_id}"
+    assert vllm.bodies(LOAD)[-1] == {"lora_name": ckpt_id, "lora_path": str(shared[1] / ckpt_id)}
+    assert (shared[0] / ckpt_id / "adapter_config.json").read_bytes() == b'{"r": 4}'
