@@ -139,9 +139,12 @@ def test_jobs_submitted_while_redis_is_down_still_run(
 ) -> None:
     client = cluster.client("redis-down")
     cluster.redis.kill()
+    api_log = cluster.svc.log_dir / "api.log"
     try:
         job = submit_digit_job(client, TINY)  # 201: the row is the truth
-        time.sleep(2)
+        # Its wake-up was published while Redis was down, and lost (the API gave up on it).
+        gave_up = f"could not enqueue job {job['id']}"
+        wait_for(lambda: gave_up in api_log.read_text(errors="replace"), "the lost wake-up", 30)
     finally:
         cluster.redis.start()  # a fresh, empty Redis: every message is gone
     final = wait_final(client, job["id"], timeout=180)
