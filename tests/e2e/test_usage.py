@@ -39,6 +39,15 @@ def spec_of(job: dict[str, Any], **grpo: Any) -> dict[str, Any]:
     }
 
 
+def set_budget(svc: RunningService, tenant: str, device_hours: float | None) -> None:
+    """`grpo-service tenants set-budget` (None: `--clear`), by the function the command calls:
+    a command is a fresh interpreter, ~1.5 s of CPU (tests/api/test_usage.py runs it)."""
+    from service.usage.service import set_budget as store
+
+    with svc.session() as session:
+        assert store(session, tenant, device_hours) is not None
+
+
 def wait_status(client: httpx.Client, job_id: str, wanted: set[str], timeout: float = 300) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -83,7 +92,7 @@ def test_usage_estimate_and_budget_of_real_jobs(
 
     # A budget a little above what is used: the next job's first steps cross it.
     used_h = report["totals"]["device_seconds"] / 3600
-    svc.cli("tenants", "set-budget", tenant, "--device-hours", f"{used_h + 0.0002:.6f}")
+    set_budget(svc, tenant, round(used_h + 0.0002, 6))
     r = client.post("/v1/jobs", json=spec_of(job, steps=40))
     assert r.status_code == 201, r.text
     paused = wait_status(client, r.json()["id"], {"paused", "succeeded", "failed", "cancelled"})
@@ -94,5 +103,5 @@ def test_usage_estimate_and_budget_of_real_jobs(
     assert ask["data"]["budget"]["device_hours_used"] >= ask["data"]["budget"]["device_hours_limit"]
     refused = client.post("/v1/jobs", json=spec_of(job))
     assert refused.status_code == 402 and "budget exhausted" in refused.json()["detail"]
-    svc.cli("tenants", "set-budget", tenant, "--clear")
+    set_budget(svc, tenant, None)
     assert client.post(f"/v1/jobs/{paused['id']}/cancel").status_code == 202
