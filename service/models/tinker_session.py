@@ -22,3 +22,5 @@ class TinkerSession(Base):
     clients: Mapped[int] = mapped_column(Integer, default=0)  # join_sampling_session's counter
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # session: set by `finish`; later heartbeats answer 410, which ends the SDK's heartbeat loop
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)

@@ -96,7 +96,7 @@ def session_heartbeat(body: schemas.SessionIdIn, tenant: TenantDep, db: SessionD
 
 @router.post("/sessions/{session_id}/finish")
 def finish_session(session_id: str, tenant: TenantDep, db: SessionDep) -> dict[str, Any]:
-    service.get_session(db, tenant, session_id, "session")
+    service.finish_session(db, tenant, session_id)
     return {}
 
 

@@ -54,7 +54,16 @@ def get_session(session: Session, tenant_id: str, session_id: str, kind: str) ->
 
 
 def heartbeat(session: Session, tenant_id: str, session_id: str) -> None:
-    get_session(session, tenant_id, session_id, "session").heartbeat_at = utcnow()
+    """A finished session's heartbeat is a 410: the SDK stops its heartbeat loop on it."""
+    row = get_session(session, tenant_id, session_id, "session")
+    if row.finished_at is not None:
+        raise ProblemError(410, "Gone", f"session '{session_id}' has finished")
+    row.heartbeat_at = utcnow()
+
+
+def finish_session(session: Session, tenant_id: str, session_id: str) -> None:
+    row = get_session(session, tenant_id, session_id, "session")
+    row.finished_at = row.finished_at or utcnow()
 
 
 # The catalog

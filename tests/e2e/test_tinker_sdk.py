@@ -227,6 +227,24 @@ def test_unsupported_routes_answer_501(alice: tinker.ServiceClient, svc: Running
     assert r.status_code == 501 and "not supported" in r.json()["detail"]
 
 
+def test_a_finished_sessions_heartbeat_is_gone(svc: RunningService) -> None:
+    """The SDK ends its heartbeat loop on a 410 (`close` finishes the session); another
+    tenant's session reads as missing."""
+    key = svc.new_key("tinker-finisher")
+    headers = {"X-API-Key": "tml-" + key}
+    session_id = httpx.post(f"{svc.base_url}/api/v1/create_session", json={},
+                            headers=headers).json()["session_id"]  # fmt: skip
+    beat = {"session_id": session_id}
+    assert httpx.post(f"{svc.base_url}/api/v1/session_heartbeat", json=beat,
+                      headers=headers).status_code == 200  # fmt: skip
+    other = {"X-API-Key": "tml-" + svc.new_key("tinker-stranger")}
+    finish = f"{svc.base_url}/api/v1/sessions/{session_id}/finish"
+    assert httpx.post(finish, json={}, headers=other).status_code == 404
+    assert httpx.post(finish, json={}, headers=headers).status_code == 200
+    gone = httpx.post(f"{svc.base_url}/api/v1/session_heartbeat", json=beat, headers=headers)
+    assert gone.status_code == 410 and "has finished" in gone.json()["detail"]
+
+
 def even_share(tokens: list[int]) -> float:
     """The verifier: the share of even token ids in a completion."""
     return sum(t % 2 == 0 for t in tokens) / max(len(tokens), 1)
