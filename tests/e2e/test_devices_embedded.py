@@ -83,6 +83,6 @@ def test_an_embedded_two_device_worker_trains_a_two_device_job(
             # a worker that cannot declare its queues dies at start: say so, do not wait it out
             assert all(p.poll() is None for p in svc.procs), svc.logs()
             assert time.monotonic() < deadline, (final, svc.logs())
-            time.sleep(0.5)
+            time.sleep(0.2)
     assert final["status"] == "succeeded", svc.logs()
     assert final["spec"]["resources"]["devices"] == 2

@@ -64,7 +64,7 @@ def preflight(client: httpx.Client, body: dict[str, Any]) -> tuple[dict[str, Any
     result = r.json()
     while result["status"] not in ("succeeded", "failed"):
         assert time.monotonic() - start < 300, result
-        time.sleep(0.5)
+        time.sleep(0.2)
         result = client.get(r.headers["location"]).json()
     return result, time.monotonic() - start
 
