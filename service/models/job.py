@@ -45,6 +45,17 @@ class Job(Base):
     # Devices (ranks) one attempt trains on: `resources.devices` of the spec; routes it to a
     # worker that owns as many (`service.worker.celery_queue`).
     devices: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+
+    @property
+    def rollout_devices(self) -> int:
+        """`resources.rollout_devices`: of the job's devices, those that only generate."""
+        return int((self.spec.get("resources") or {}).get("rollout_devices", 0))
+
+    @property
+    def trainer_ranks(self) -> int:
+        """The ranks that train: the job's devices but its rollout devices."""
+        return self.devices - self.rollout_devices
+
     # The catalog model under this job's weights (through any chain of checkpoints).
     base_model: Mapped[str | None] = mapped_column(String(100), index=True, default=None)
     # Peak device memory estimated at submission (workers.grpo.memory), by part, in bytes.

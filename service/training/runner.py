@@ -292,7 +292,7 @@ def run_claimed(
     log.info("training job %s (epoch %d)", job_id, epoch)
     storage = open_storage_from_settings(settings)
     run = JobRun(job, epoch, settings, storage, beacon, release_requested)
-    group = trainer_ranks(job) > 1
+    group = job.trainer_ranks > 1
     work_dir = attempt_dir(settings, job_id, epoch)
     # In a group the ranks share the checkpoint folder (each writes its optimizer shards
     # there); downloads are each rank's own; the launcher removes the attempt's folder.
@@ -327,16 +327,6 @@ def _peer_lost(exc: BaseException) -> bool:
     from workers.grpo.launch import peer_lost
 
     return peer_lost(exc)
-
-
-def rollout_devices(job: Job) -> int:
-    """`resources.rollout_devices`: of the job's devices, those that only generate."""
-    return int((job.spec.get("resources") or {}).get("rollout_devices", 0))
-
-
-def trainer_ranks(job: Job) -> int:
-    """The ranks that train: the job's devices but its rollout devices."""
-    return job.devices - rollout_devices(job)
 
 
 def _train(
@@ -395,7 +385,7 @@ def _train(
         judges.take_metrics()  # the gate's judge calls are no step's
         result = train(
             spec, records, run.usage.metered(scorers), train_dir, hooks,
-            resume_from=resume_from, device=device, rollout_devices=rollout_devices(job),
+            resume_from=resume_from, device=device, rollout_devices=job.rollout_devices,
             eval_records=eval_records,
             eval_scorers=run.usage.metered(eval_scorers) or None,
             weights=weights, environment=environment,

@@ -48,9 +48,9 @@ def main(argv: list[str]) -> int:
         if job is None or job.epoch != epoch:
             return 0  # taken over before we started: nothing of it is ours
         session.expunge(job)
-    from service.training.runner import run_claimed, trainer_ranks
+    from service.training.runner import run_claimed
 
-    if trainer_ranks(job) > 1:
+    if job.trainer_ranks > 1:
         from service.training.ranks import run_group
 
         return run_group(job, epoch, settings, beacon, release)

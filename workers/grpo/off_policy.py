@@ -71,49 +71,37 @@ def generator_copy(model: Any, device: str | torch.device | None = None) -> Any:
     return twin.eval()
 
 
-def moved(value: Any, device: torch.device, depth: int = 0) -> Any:
-    """`value` with every tensor it holds (dataclasses, dicts, lists, tuples, a few levels
-    deep) on `device`: a batch made on the rollout device, for the trainer's. What holds no
-    tensor is the same object (records are known by identity)."""
+def map_tensors(value: Any, fn: Callable[[Tensor], Tensor], depth: int = 0) -> Any:
+    """`value` with `fn` applied to every tensor it holds (dataclasses, dicts, lists, tuples,
+    a few levels deep). What holds no changed tensor is the same object (records are known
+    by identity)."""
     if isinstance(value, Tensor):
-        return value.to(device)
+        return fn(value)
     if depth > 4:
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         old = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
-        new = {k: moved(v, device, depth + 1) for k, v in old.items()}
+        new = {k: map_tensors(v, fn, depth + 1) for k, v in old.items()}
         same = all(new[k] is v for k, v in old.items())
         return value if same else dataclasses.replace(value, **new)
     if isinstance(value, dict):
-        new_items = {k: moved(v, device, depth + 1) for k, v in value.items()}
+        new_items = {k: map_tensors(v, fn, depth + 1) for k, v in value.items()}
         return value if all(new_items[k] is v for k, v in value.items()) else new_items
     if isinstance(value, list | tuple):
-        new_list = [moved(v, device, depth + 1) for v in value]
+        new_list = [map_tensors(v, fn, depth + 1) for v in value]
         same = all(a is b for a, b in zip(new_list, value, strict=True))
         return value if same else type(value)(new_list)
     return value
 
 
+def moved(value: Any, device: torch.device) -> Any:
+    """A batch made on the rollout device, every tensor on the trainer's `device`."""
+    return map_tensors(value, lambda t: t.to(device))
+
+
 # Makes batch b (1-based) on the generator's thread: (on_event) -> (rollout, sampler log-probs,
 # the cursor after drawing it).
 MakeBatch = Callable[[Callable[[str, str, dict], None]], tuple[Rollout, Tensor, dict[str, Any]]]
-
-
-def _tensors(value: Any, depth: int = 0) -> list[Tensor]:
-    """The tensors held by `value` (dataclasses, dicts, lists and tuples, a few levels deep)."""
-    if isinstance(value, Tensor):
-        return [value]
-    if depth > 4:
-        return []
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        items = [getattr(value, f.name) for f in dataclasses.fields(value)]
-    elif isinstance(value, dict):
-        items = list(value.values())
-    elif isinstance(value, list | tuple):
-        items = list(value)
-    else:
-        return []
-    return [t for item in items for t in _tensors(item, depth + 1)]
 
 
 class RolloutsAhead:
@@ -172,9 +160,13 @@ class RolloutsAhead:
             return batch
         if self.stream is not None:  # made (and synchronised) on the generator's stream
             current = torch.cuda.current_stream(self.stream.device)
-            for tensor in _tensors(batch):
+
+            def used_here(tensor: Tensor) -> Tensor:
                 if tensor.is_cuda:
                     tensor.record_stream(current)
+                return tensor
+
+            map_tensors(batch, used_here)
         return batch
 
     def publish(self, version: int, params: list[Tensor]) -> None:
