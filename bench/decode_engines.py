@@ -3,7 +3,8 @@
     python bench/decode_engines.py --size 1.5b --device cuda [--batch 64] [--new-tokens 128]
 
 Builds the random-init model of `vs_trl.SIZES[size]` in bf16 (on CUDA; fp32 on a CPU dry run),
-then for each engine (reference, fast, fast-eager = fast without CUDA graphs, paged) samples
+then for each engine (reference, fast, fast-graph = fast without its compiled layers, fast-eager =
+fast without CUDA graphs, paged) samples
 `batch` rows (batch / 8 prompts x 8) of exactly `new-tokens` tokens (EOS masked out, so every
 row decodes to the end) through `backend.sampler(...).generate`, once to warm up and `--reps`
 times timed. Tokens/s = rows x new tokens / seconds (prefill included: prompts are 16 tokens).
@@ -55,7 +56,10 @@ def bound_tokens_per_s(model, rows: int, context: float, gbps: float) -> dict:
     return {"weight_gb": weights / 1e9, "kv_gb": kv / 1e9, "bound_tok_s": rows / step_s}
 
 
-def time_engine(name: str, model, tokenizer, rows: int, new_tokens: int, reps: int) -> float:
+def time_engine(
+    name: str, model, tokenizer, rows: int, new_tokens: int, reps: int
+) -> tuple[float, object]:
+    """Tokens/s of the engine's best rep, and its completion ids (rows, new tokens) on the CPU."""
     import torch
 
     from workers.grpo.backend import select_backend
@@ -65,7 +69,9 @@ def time_engine(name: str, model, tokenizer, rows: int, new_tokens: int, reps: i
     os.environ["GRPO_PAGED_CUDA_GRAPHS"] = "1" if name == "paged-graphs" else "0"
     # fast-eager: the fast engine without its CUDA graphs (GRPO_CUDA_GRAPHS=0)
     os.environ["GRPO_CUDA_GRAPHS"] = "0" if name == "fast-eager" else "1"
-    name = name.removesuffix("-graphs").removesuffix("-eager")
+    # fast-graph: the fast engine's CUDA graphs without its compiled layers (GRPO_COMPILE_DECODE=0)
+    os.environ["GRPO_COMPILE_DECODE"] = "0" if name == "fast-graph" else "1"
+    name = name.removesuffix("-graphs").removesuffix("-eager").removesuffix("-graph")
     backend = select_backend(model, GRPOParams(engine=name, group_size=8))
     if backend.name != name:
         raise RuntimeError(f"{name} does not run this model here (got {backend.name})")
@@ -86,7 +92,15 @@ def time_engine(name: str, model, tokenizer, rows: int, new_tokens: int, reps: i
     decoded = sum(out.lengths or [])
     if decoded != rows * new_tokens:
         raise RuntimeError(f"decoded {decoded} tokens, expected {rows * new_tokens}")
-    return rows * new_tokens / min(seconds)
+    return rows * new_tokens / min(seconds), out.completion_ids.cpu()
+
+
+def agreement(ids, reference) -> float:
+    """Mean share of each row's tokens sampled before its first difference from `reference`'s
+    row (same seeds; rounding differences between engines make rows part at some step)."""
+    differ = ids != reference  # (rows, T)
+    first = differ.float().argmax(1).where(differ.any(1), ids.shape[1] * differ.new_ones(()))
+    return float(first.float().mean() / ids.shape[1])
 
 
 def main() -> None:
@@ -131,16 +145,20 @@ def main() -> None:
           + limit, flush=True)  # fmt: skip
     results = {"size": a.size, "device": a.device, "rows": a.batch, "new_tokens": a.new_tokens,
                "bandwidth_gbps": gbps, "bound": bound, "engines": {}}  # fmt: skip
+    first_ids = None  # the first engine's completions (the reference engine's, by default)
     for name in a.engines.split(","):
         try:
-            tok_s = time_engine(name, model, tokenizer, a.batch, a.new_tokens, a.reps)
+            tok_s, ids = time_engine(name, model, tokenizer, a.batch, a.new_tokens, a.reps)
         except Exception as exc:  # noqa: BLE001 - report and go on to the next engine
             print(f"  {name:10} FAILED: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
             results["engines"][name] = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
             continue
-        share = f" = {100 * tok_s / bound['bound_tok_s']:.0f}% of the bound" if bound else ""
-        print(f"  {name:10} {tok_s:10.0f} tok/s{share}", flush=True)
-        results["engines"][name] = {"tok_s": tok_s} | (
+        share = f" = {100 * tok_s / bound['bound_tok_s']:.1f}% of the bound" if bound else ""
+        first_ids = ids if first_ids is None else first_ids
+        agree = agreement(ids, first_ids)
+        print(f"  {name:10} {tok_s:10.0f} tok/s{share}; tokens as the first engine's until rows "
+              f"part: {100 * agree:.0f}%", flush=True)  # fmt: skip
+        results["engines"][name] = {"tok_s": tok_s, "agreement": agree} | (
             {"share_of_bound": tok_s / bound["bound_tok_s"]} if bound else {}
         )
         if a.device == "cuda":

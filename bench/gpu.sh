@@ -35,9 +35,10 @@ T_STEPS=${T_STEPS:-130}         # seconds for part 2, per size
 export HF_HUB_OFFLINE=1 USE_HUB_KERNELS=0 TOKENIZERS_PARALLELISM=false
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 SITE=${SITE:-/tmp/gpu-site}    # where the carried wheels are installed
-# decode engines of part 1; fast-eager: fast without its CUDA graphs; paged-graphs: paged with
+# decode engines of part 1; fast-graph: fast without its compiled layers; fast-eager: fast without
+# its CUDA graphs; paged-graphs: paged with
 # transformers' CUDA graphs
-ENGINES=${ENGINES:-reference,fast,fast-eager,paged}
+ENGINES=${ENGINES:-reference,fast,fast-graph,fast-eager,paged}
 
 if [ -d "$WHEELS" ]; then
   # beside the image's packages, not over them: every wheel as made by bench/gpu_wheels.sh

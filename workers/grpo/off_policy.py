@@ -136,7 +136,9 @@ class RolloutsAhead:
         self.resume_state: dict[str, Any] | None = None  # of the batch trained on last
         self.thread = threading.Thread(target=self._loop, name="grpo-rollouts", daemon=True)
         device = trained[0].device if trained else torch.device("cpu")
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        # high priority: its few-row decode kernels run between the training kernels' blocks
+        # rather than waiting for a long backward to drain
+        self.stream = torch.cuda.Stream(device, priority=-1) if device.type == "cuda" else None
 
     def needed_version(self, batch: int) -> int:
         return max(self.start, batch - 1 - self.k)

@@ -114,8 +114,10 @@ def _product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     # Packed weights: oneDNN's matmul on its blocked layout. Without autograd (pi_ref / pi_old
     # scoring) oneDNN's matmul on the plain weight too where it is the faster of the two on this
     # machine: which one wins depends on the CPU, so it is measured (`onednn_is_faster`).
+    # Compiled (`graph_decode.decode_layer`), the compiler chooses.
     if weight.is_mkldnn or (
-        torch.is_inference_mode_enabled()
+        not torch.compiler.is_compiling()
+        and torch.is_inference_mode_enabled()
         and onednn_matmul(weight.device, weight.dtype)
         and onednn_is_faster(_row_bucket(x.numel() // x.shape[-1]), *weight.shape)
     ):
@@ -197,9 +199,9 @@ def _scalar(value: float, device: torch.device) -> Tensor:
         return torch.tensor(value, device=device)
 
 
-def _rms(x: Tensor, norm: Norm) -> Tensor:
+def rms(x: Tensor, norm: Norm) -> Tensor:
     """HF's RMSNorm: normalise in fp32, cast back, scale."""
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" or torch.compiler.is_compiling():  # compiled: inductor fuses it
         return fused_rms(x, norm)
     weight, eps = norm
     fp32 = x.dtype == torch.float32 and weight.dtype == torch.float32
@@ -328,30 +330,49 @@ class LeanModel:
         """Rotated queries (N, H, S, D), keys (N, Hk, S, D) and values of layer i's input x."""
         n, s, _ = x.shape
         h, hk, d, lay = self.heads, self.kv_heads, self.head_dim, self.layers[i]
-        qkv = self.linear_map(_rms(x, lay.norm1), i, "qkv", tape).view(n, s, h + 2 * hk, d)
-        # split, not slices: its backward joins the three grads in one copy, where slices'
-        # backward zero-fills the whole (N, S, H + 2Hk, D) grad and copies each part in
-        qk, v = qkv.split([h + hk, hk], 2)  # (N, S, H + Hk, D), (N, S, Hk, D)
-        if lay.q_norm is not None:
-            q, k = qk.split([h, hk], 2)
-            qk = torch.cat((_rms(q, lay.q_norm), _rms(k, lay.k_norm)), 2)
-        qk = rotate(qk.transpose(1, 2), cos, sin)  # (N, H + Hk, S, D)
-        return qk[:, :h], qk[:, h:], v.transpose(1, 2)
+        qkv = self.linear_map(rms(x, lay.norm1), i, "qkv", tape).view(n, s, h + 2 * hk, d)
+        return heads_of(qkv, (h, hk), lay.q_norm, lay.k_norm, cos, sin)
 
     def mlp(self, x: Tensor, i: int, tape: Tape | None = None) -> Tensor:
-        lay = self.layers[i]
-        gate, up = self.linear_map(_rms(x, lay.norm2), i, "gate_up", tape).chunk(2, -1)  # (N, S, I)
-        return self.linear_map(F.silu(gate) * up, i, "down", tape)  # (N, S, E)
+        gate_up = self.linear_map(rms(x, self.layers[i].norm2), i, "gate_up", tape)  # (N, S, 2I)
+        return self.linear_map(swiglu(gate_up), i, "down", tape)  # (N, S, E)
 
     def head_input(self, x: Tensor) -> Tensor:
         """The final norm of the last layer's output: what the LM head maps."""
-        return _rms(x, self.final_norm)
+        return rms(x, self.final_norm)
 
     def head(self, x: Tensor) -> Tensor:
         x = self.head_input(x)
         if self.packed_head is not None:
             return apply_linear(x, self.packed_head)  # (..., V)
         return self.model.lm_head(x)  # (..., V)
+
+
+def heads_of(
+    qkv: Tensor,
+    heads: tuple[int, int],
+    q_norm: Norm | None,
+    k_norm: Norm | None,
+    cos: Tensor,
+    sin: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Rotated queries (N, H, S, D), keys (N, Hk, S, D) and values of the fused q/k/v map's
+    output qkv (N, S, H + 2 Hk, D); `heads` = (H, Hk); Qwen3's per-head norms where given."""
+    h, hk = heads
+    # split, not slices: its backward joins the three grads in one copy, where slices'
+    # backward zero-fills the whole (N, S, H + 2Hk, D) grad and copies each part in
+    qk, v = qkv.split([h + hk, hk], 2)  # (N, S, H + Hk, D), (N, S, Hk, D)
+    if q_norm is not None and k_norm is not None:
+        q, k = qk.split([h, hk], 2)
+        qk = torch.cat((rms(q, q_norm), rms(k, k_norm)), 2)
+    qk = rotate(qk.transpose(1, 2), cos, sin)  # (N, H + Hk, S, D)
+    return qk[:, :h], qk[:, h:], v.transpose(1, 2)
+
+
+def swiglu(gate_up: Tensor) -> Tensor:
+    """silu(gate) * up of the fused gate/up map's output (..., 2I)."""
+    gate, up = gate_up.chunk(2, -1)
+    return F.silu(gate) * up
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:

@@ -7,6 +7,7 @@ import torch
 from workers.grpo.config import GenerationParams
 from workers.grpo.fast import graph_decode, lean_decode
 from workers.grpo.fast.sampling import FastSampler
+from workers.grpo.text import encode_groups
 
 PROMPTS = ["Digit 7:", [{"role": "user", "content": "Say a digit"}], "A much longer prompt, 3 4"]
 
@@ -80,3 +81,35 @@ def test_graphs_only_on_a_gpu_and_can_be_turned_off(monkeypatch) -> None:
     assert graph_decode.graphs_enabled(torch.device("cuda"))
     monkeypatch.setenv("GRPO_CUDA_GRAPHS", "0")
     assert not graph_decode.graphs_enabled(torch.device("cuda"))
+
+
+def test_compiled_layers_compute_the_eager_layers_steps(model_and_tokenizer, monkeypatch) -> None:
+    """`decode_layer` through `torch.compile` (on a GPU it is compiled by default) gives the
+    eager layer's logits, step after step, and writes the same cache in place. Dynamo's whole
+    graph and its functionalised cache writes are what is tested: aot_eager runs them as ATen
+    ops (inductor's C++ build of the same graph takes ~50 s on 2 cores; on a GPU it is
+    Triton's, checked by bench/gpu.sh's token-for-token comparison)."""
+    monkeypatch.setattr(graph_decode, "BACKEND", "aot_eager")
+    model, tokenizer = model_and_tokenizer
+    ids, mask = encode_groups(tokenizer, PROMPTS, 2, torch.device("cpu"))  # (6, P)
+    runs = []
+    for compiled in (False, True):
+        decoder = lean_decode.LeanDecoder(model, pack=False)
+        with torch.inference_mode():
+            decoder.prefill(ids, mask, 8, share=False)
+            step = graph_decode.StaticStep(decoder, capture=False, compiled=compiled)
+            assert (step.layer is not graph_decode.decode_layer) == compiled  # no fallback
+            tokens = torch.arange(ids.shape[0]) + 5
+            logits = torch.stack([step.step(tokens + t).clone() for t in range(6)])
+        runs.append((logits, torch.stack([torch.stack(kv) for kv in decoder.cache])))
+    (eager, eager_cache), (compiled_logits, compiled_cache) = runs
+    assert eager.abs().max() > 0
+    torch.testing.assert_close(compiled_logits, eager, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(compiled_cache, eager_cache, atol=1e-5, rtol=1e-5)
+
+
+def test_layers_compiled_only_where_graphs_are_captured(monkeypatch) -> None:
+    assert not graph_decode.compile_enabled(torch.device("cpu"))
+    assert graph_decode.compile_enabled(torch.device("cuda"))
+    monkeypatch.setenv("GRPO_COMPILE_DECODE", "0")
+    assert not graph_decode.compile_enabled(torch.device("cuda"))
