@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from workers.grpo import sampling
 from workers.grpo.config import GenerationParams
 from workers.grpo.fast.sampling import FastSampler
 from workers.grpo.logprobs import completion_logprobs
@@ -139,3 +140,27 @@ def test_kept_logprobs_are_pi_old_of_the_training_pass(model_and_tokenizer, deco
     mask = out.completion_mask.bool()
     torch.testing.assert_close(out.logprobs[mask], scored.detach()[mask], rtol=0, atol=2e-5)
     assert (out.logprobs[~mask] == 0).all() and (out.logprobs[mask] < 0).all()
+
+
+@pytest.mark.parametrize("vocab", [1000, 50_000])
+def test_inverse_cdf_draws_the_token_where_the_mass_is_reached(vocab: int) -> None:
+    """Small vocabularies in one scan, large ones in two levels (blocks, then the block's
+    tokens): either way the drawn token is where the cumulative mass reaches u * total (to
+    fp32 rounding, checked in fp64), never a token of mass 0, also at u = 1 and with the mass
+    all in the last, partial block."""
+    gen = torch.Generator().manual_seed(0)
+    probs = torch.rand(64, vocab, generator=gen) ** 8  # uneven masses
+    probs[:32] = probs[:32].masked_fill(torch.rand(32, vocab, generator=gen) < 0.9, 0.0)
+    probs[5] = 0.0
+    probs[5, -3:] = torch.tensor([0.2, 0.0, 0.5])  # the last block only, a 0 between
+    u = torch.rand(64, generator=gen).clamp(min=1e-6)
+    u[:4] = 1.0
+    token = sampling.inverse_cdf(probs, u)
+    assert (probs.gather(1, token.unsqueeze(1)) > 0).all()
+    cum = probs.double().cumsum(-1)  # (N, V)
+    target = u.double() * cum[:, -1]
+    reached = cum.gather(1, token.unsqueeze(1)).squeeze(1)
+    before = reached - probs.double().gather(1, token.unsqueeze(1)).squeeze(1)
+    tol = 1e-5 * cum[:, -1]
+    assert (reached >= target - tol).all() and (before <= target + tol).all()
+    assert token[5].item() in (vocab - 3, vocab - 1)
