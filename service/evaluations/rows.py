@@ -1,5 +1,5 @@
 """An evaluation row's states, each transition one conditional UPDATE (as a job's in
-`service.jobs.lifecycle`, whose `LeaseLost` it shares):
+`service.jobs.lifecycle`; claim, renew and fence are `service.core.leases`'):
 
     create   -> queued                                   (the API)
     claim    queued | running with an expired lease -> running, epoch + 1, lease_until
@@ -18,13 +18,13 @@ A claim whose worker died (its lease expired) counts nothing: when it stopped is
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from service.jobs.lifecycle import LeaseLost
+from service.core import leases
 from service.models import Evaluation, EvaluationSample
 from service.models.base import utcnow
 
@@ -33,55 +33,17 @@ ACTIVE = ("running", "cancelling")
 
 def claim(session: Session, evaluation_id: str, lease_seconds: float) -> int | None:
     """Take the evaluation: the new epoch, or None when another worker has it or it is done."""
-    now = utcnow()
-    expired = and_(Evaluation.status == "running", Evaluation.lease_until < now)
-    return session.scalar(
-        update(Evaluation)
-        .where(Evaluation.id == evaluation_id, or_(Evaluation.status == "queued", expired))
-        .values(
-            status="running",
-            epoch=Evaluation.epoch + 1,
-            attempts=Evaluation.attempts + 1,
-            lease_until=now + timedelta(seconds=lease_seconds),
-            started_at=now,
-        )
-        .returning(Evaluation.epoch)
-    )
-
-
-def _held(evaluation_id: str, epoch: int) -> Any:
-    return and_(
-        Evaluation.id == evaluation_id,
-        Evaluation.epoch == epoch,
-        Evaluation.status.in_(ACTIVE),
-    )
+    return leases.claim(session, Evaluation, evaluation_id, lease_seconds, keep_first_start=False)
 
 
 def renew(session: Session, evaluation_id: str, epoch: int, lease_seconds: float) -> str:
     """Extend this run's lease; its status (`cancelling` asks it to stop), or LeaseLost."""
-    status = session.scalar(
-        update(Evaluation)
-        .where(_held(evaluation_id, epoch))
-        .values(lease_until=utcnow() + timedelta(seconds=lease_seconds))
-        .returning(Evaluation.status)
-    )
-    if status is None:
-        raise LeaseLost(f"evaluation {evaluation_id} epoch {epoch} no longer holds the lease")
-    return status
+    return leases.renew(session, Evaluation, evaluation_id, epoch, lease_seconds, ACTIVE)
 
 
 def fence(session: Session, evaluation_id: str, epoch: int) -> str:
-    """The first statement of every write of a run (a no-op UPDATE: it holds the row's lock to
-    the commit); its status, or LeaseLost."""
-    status = session.scalar(
-        update(Evaluation)
-        .where(_held(evaluation_id, epoch))
-        .values(epoch=Evaluation.epoch)
-        .returning(Evaluation.status)
-    )
-    if status is None:
-        raise LeaseLost(f"evaluation {evaluation_id} epoch {epoch} no longer holds the lease")
-    return status
+    """The first statement of every write of a run; its status, or LeaseLost."""
+    return leases.fence(session, Evaluation, evaluation_id, epoch, ACTIVE)
 
 
 def stored(session: Session, evaluation_id: str, epoch: int) -> int:
@@ -117,7 +79,7 @@ def finish(
     failed (`error`). The final status, or None when the run no longer held the row."""
     found = session.execute(
         select(Evaluation.status, Evaluation.started_at)
-        .where(_held(evaluation_id, epoch))
+        .where(leases.held(Evaluation, evaluation_id, epoch, ACTIVE))
         .with_for_update()
     ).first()
     if found is None:
@@ -131,7 +93,7 @@ def finish(
     held = (now - _aware(started)).total_seconds() if started is not None else 0.0
     session.execute(
         update(Evaluation)
-        .where(_held(evaluation_id, epoch))
+        .where(leases.held(Evaluation, evaluation_id, epoch, ACTIVE))
         .values(
             status=status,
             results=results,

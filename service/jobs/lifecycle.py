@@ -35,22 +35,20 @@ share it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
+from service.core import leases
+from service.core.leases import LeaseLost as LeaseLost  # raised by fence and renew
 from service.models import FINAL_STATUSES, Checkpoint, Job, JobEvent, JobMetric, RolloutFile
 from service.models.base import utcnow
 from service.webhooks import outbox  # noqa: F401  (adds each event's webhook deliveries)
 
 # Statuses that hold a lease: a run writes (fenced by its epoch) only while its job is in one.
 ACTIVE = ("running", "cancelling", "pausing")
-
-
-class LeaseLost(RuntimeError):
-    """Another worker holds the job now (or it was finished): this run must write nothing."""
 
 
 class AlreadyFinal(RuntimeError):
@@ -81,20 +79,7 @@ def create(session: Session, job: Job, flush: bool = True) -> Job:
 
 def claim(session: Session, job_id: str, lease_seconds: float, worker: str = "") -> int | None:
     """Take the job; returns the new epoch, or None when another worker has it or it is done."""
-    now = utcnow()
-    expired_running = and_(Job.status == "running", Job.lease_until < now)
-    epoch = session.scalar(
-        update(Job)
-        .where(Job.id == job_id, or_(Job.status == "queued", expired_running))
-        .values(
-            status="running",
-            epoch=Job.epoch + 1,
-            attempts=Job.attempts + 1,
-            lease_until=now + timedelta(seconds=lease_seconds),
-            started_at=func.coalesce(Job.started_at, now),
-        )
-        .returning(Job.epoch)
-    )
+    epoch = leases.claim(session, Job, job_id, lease_seconds, keep_first_start=True)
     if epoch is not None:
         data = {"status": "running", "epoch": epoch, "worker": worker}
         add_event(session, job_id, "status", f"job running on {worker or 'a worker'}", data)
@@ -105,31 +90,14 @@ def renew(session: Session, job_id: str, epoch: int, lease_seconds: float) -> st
     """Extend this run's lease (the heartbeat, sent by the watchdog from outside the training
     process); returns the job's status (`cancelling` asks the run to stop). Raises LeaseLost
     when the run no longer holds the job."""
-    status = session.scalar(
-        update(Job)
-        .where(Job.id == job_id, Job.epoch == epoch, Job.status.in_(ACTIVE))
-        .values(lease_until=utcnow() + timedelta(seconds=lease_seconds))
-        .returning(Job.status)
-    )
-    if status is None:
-        raise LeaseLost(f"job {job_id} epoch {epoch} no longer holds the lease")
-    return status
+    return leases.renew(session, Job, job_id, epoch, lease_seconds, ACTIVE)
 
 
 def fence(session: Session, job_id: str, epoch: int) -> str:
     """The first statement of every write of a run: a run that lost the job stops here, before
-    writing anything (LeaseLost). It touches the row (a no-op UPDATE), so the check holds the
-    row's lock to the commit, but it does not extend the lease: only the watchdog renews it, and
-    only while the training process makes progress. Returns the job's status."""
-    status = session.scalar(
-        update(Job)
-        .where(Job.id == job_id, Job.epoch == epoch, Job.status.in_(ACTIVE))
-        .values(epoch=Job.epoch)
-        .returning(Job.status)
-    )
-    if status is None:
-        raise LeaseLost(f"job {job_id} epoch {epoch} no longer holds the lease")
-    return status
+    writing anything (LeaseLost). It does not extend the lease: only the watchdog renews it,
+    and only while the training process makes progress. Returns the job's status."""
+    return leases.fence(session, Job, job_id, epoch, ACTIVE)
 
 
 def record_step(session: Session, job_id: str, epoch: int, step: int, metrics: dict) -> None:

@@ -30,9 +30,9 @@ from typing import Any
 from sqlalchemy import insert, select
 
 from service.core.db import session_scope
+from service.core.leases import LeaseLost
 from service.evaluations import rows
 from service.evaluations.results import summarize
-from service.jobs.lifecycle import LeaseLost
 from service.models import Evaluation, EvaluationSample
 from service.process_group import die_with_parent, kill_tree
 from service.settings import Settings, get_settings

@@ -11,8 +11,8 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.core.ids import new_id
+from service.core.leases import LeaseLost
 from service.evaluations import rows
-from service.jobs.lifecycle import LeaseLost
 from service.models import Evaluation, EvaluationSample, Tenant
 from service.models.base import utcnow
 from service.settings import Settings

@@ -1,0 +1,82 @@
+"""Leases on rows that one worker at a time runs (jobs, evaluations): claim, renew, fence.
+
+A leased row has `status`, `epoch`, `attempts` and `lease_until` columns. A claim takes a
+queued row, or a running one whose lease has lapsed, and bumps its epoch; every write of the run
+that claimed it is fenced on that epoch, so a run that lost its lease (a zombie past it, a
+process another worker's claim replaced) writes nothing.
+
+    claim    queued (or running with lease_until < now) -> running, epoch += 1
+    renew    lease_until = now + lease, only while the row is still this epoch's and active
+    fence    the first statement of a run's every write: WHERE epoch = mine, else LeaseLost
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import and_, func, or_, update
+from sqlalchemy.orm import Session
+
+from service.models.base import utcnow
+
+
+class LeaseLost(RuntimeError):
+    """The run no longer holds the row: another claim replaced it, or it ended."""
+
+
+def claim(
+    session: Session, model: Any, row_id: str, lease_seconds: float, keep_first_start: bool
+) -> int | None:
+    """Take the row: the new epoch, or None when another worker has it or it is done.
+    `keep_first_start`: `started_at` stays the first claim's (else this claim's time)."""
+    now = utcnow()
+    expired = and_(model.status == "running", model.lease_until < now)
+    return session.scalar(
+        update(model)
+        .where(model.id == row_id, or_(model.status == "queued", expired))
+        .values(
+            status="running",
+            epoch=model.epoch + 1,
+            attempts=model.attempts + 1,
+            lease_until=now + timedelta(seconds=lease_seconds),
+            started_at=func.coalesce(model.started_at, now) if keep_first_start else now,
+        )
+        .returning(model.epoch)
+    )
+
+
+def held(model: Any, row_id: str, epoch: int, active: Sequence[str]) -> Any:
+    """The condition that this epoch's run still holds the row (its status one of `active`)."""
+    return and_(model.id == row_id, model.epoch == epoch, model.status.in_(active))
+
+
+def renew(
+    session: Session, model: Any, row_id: str, epoch: int, lease_seconds: float,
+    active: Sequence[str],
+) -> str:  # fmt: skip
+    """Extend this run's lease; the row's status (one of `active`), or LeaseLost."""
+    status = session.scalar(
+        update(model)
+        .where(held(model, row_id, epoch, active))
+        .values(lease_until=utcnow() + timedelta(seconds=lease_seconds))
+        .returning(model.status)
+    )
+    if status is None:
+        raise LeaseLost(f"{row_id} epoch {epoch} no longer holds the lease")
+    return status
+
+
+def fence(session: Session, model: Any, row_id: str, epoch: int, active: Sequence[str]) -> str:
+    """A no-op UPDATE on the row while this run holds it (so the check holds the row's lock to
+    the commit; it does not extend the lease); the row's status, or LeaseLost."""
+    status = session.scalar(
+        update(model)
+        .where(held(model, row_id, epoch, active))
+        .values(epoch=model.epoch)
+        .returning(model.status)
+    )
+    if status is None:
+        raise LeaseLost(f"{row_id} epoch {epoch} no longer holds the lease")
+    return status
