@@ -1,8 +1,8 @@
 """A worker can no longer be hung (issue 22 item 1), on real processes: PostgreSQL, a private
-Redis, S3 on moto, one worker serving a queue with a 10 s step budget (`gpu`) and one with 120 s
-(`patient`). Each test is a reproduction: a verifier that spins or sleeps past the step budget,
-a training process that hangs, a cancel of a hung job, a built-in kind holding the GIL in C
-for longer than the lease."""
+Redis, S3 on moto, one worker serving a queue with a 10 s step budget (`gpu`), one with 4 s
+(`tight`, for the verifier timeouts) and one with 120 s (`patient`). Each test is a
+reproduction: a verifier that spins or sleeps past the step budget, a training process that
+hangs, a cancel of a hung job, a built-in kind holding the GIL in C for longer than the lease."""
 
 from __future__ import annotations
 
@@ -25,11 +25,22 @@ from tests.e2e.test_training_flow import submit_digit_job, wait_final
 from workers.verifiers.builtin import extract_answer
 
 STEP_BUDGET_S = 10  # a tiny-model step takes 1-5 s on the 2-core machine under load
+# A step whose verifier hangs only has to generate before it: well under a second here, so
+# the verifier tests wait out a shorter budget (twice each).
+VERIFIER_BUDGET_S = 4
 WATCHDOG_ENV = {
     "GRPO_QUEUES": json.dumps(
-        {"gpu": {"step_timeout_s": STEP_BUDGET_S}, "patient": {"step_timeout_s": 120}}
+        {
+            "gpu": {"step_timeout_s": STEP_BUDGET_S},
+            "tight": {"step_timeout_s": VERIFIER_BUDGET_S},
+            "patient": {"step_timeout_s": 120},
+        }
     ),
     "GRPO_MAX_ATTEMPTS": "2",
+    # No message is ever lost here. With the cluster's 3 s, the reconciler sent a duplicate of
+    # every message the worker had reserved while its fresh pool child started (2-5 s under
+    # load); each duplicate cost the next job another child start, 5-10 s per test.
+    "GRPO_REQUEUE_AFTER_SECONDS": "120",
     "GRPO_CANCEL_GRACE_S": "2",
     "GRPO_BUILTIN_VERIFIER_TIMEOUT_S": "60",  # the GIL test's batches take ~15 s, legitimately
 }
@@ -48,7 +59,7 @@ def cluster(
 ) -> Iterator[Cluster]:
     with run_cluster(
         tmp_path_factory.mktemp("watchdog"), moto_server, workers=1, extra_env=WATCHDOG_ENV,
-        model=tiny_model_dir, worker_queue="gpu,patient",
+        model=tiny_model_dir, worker_queue="gpu,tight,patient",
     ) as c:  # fmt: skip
         yield c
 
@@ -126,14 +137,14 @@ def test_a_verifier_past_the_step_budget_fails_the_job_with_verifier_timeout(
     client = cluster.client(f"spin-{len(source)}")
     register(client, "spin", "python", {"source": source, **PATIENT_PYTHON})
     start = time.monotonic()
-    job = submit_digit_job(client, TINY, verifiers=[{"name": "spin"}])
+    job = submit_digit_job(client, TINY, verifiers=[{"name": "spin"}], queue="tight")
     final = wait_final(client, job["id"], timeout=150)
     took = time.monotonic() - start
     assert final["status"] == "failed", cluster.svc.logs()
     error = final["error"]
     assert error["code"] == "verifier_timeout", error
     assert "verifier 'spin' was still scoring" in error["message"]
-    assert f"budget of {STEP_BUDGET_S}s (queue 'gpu')" in error["message"]
+    assert f"budget of {VERIFIER_BUDGET_S}s (queue 'tight')" in error["message"]
     assert "every one of the 2 attempts ended by the watchdog" in error["message"]
     assert [e["code"] for e in ended(client, job["id"])] == ["verifier_timeout"] * 2
     assert [c["epoch"] for c in claims(client, job["id"])] == [1, 2]
