@@ -57,5 +57,31 @@ def main(argv: list[str]) -> int:
     return run_claimed(job, epoch, settings, beacon, release)
 
 
+def _exit_if_ended(job_id: str, code: int) -> None:
+    """Leave at once when the run has ended the job: its outcome is committed and what it
+    opened is closed (trackers finished, sandboxes stopped, files uploaded), so the
+    interpreter's own teardown of torch's thousands of modules (~2 s) would only keep the worker
+    from its next job. A job handed back or paused exits normally: its trackers' runs stay open
+    and their libraries finish them at exit."""
+    from sqlalchemy import select
+
+    from service.core.db import session_scope
+    from service.models import FINAL_STATUSES, Job
+
+    try:
+        with session_scope() as session:
+            if session.scalar(select(Job.status).where(Job.id == job_id)) not in FINAL_STATUSES:
+                return
+    except Exception:  # noqa: BLE001 (the database away: the ordinary exit, no harm)
+        return
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    job_id = sys.argv[1]
+    code = main(sys.argv[1:])
+    _exit_if_ended(job_id, code)
+    sys.exit(code)

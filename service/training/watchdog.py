@@ -230,8 +230,9 @@ class Watchdog:
             # enqueueing it: let it), or the job was taken over: it can write nothing, stop it.
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=LEASE_LOST_GRACE_S)  # type: ignore[union-attr]
-            log.warning("job %s epoch %s lost its lease; stopping it", self.job_id, self.epoch)
-            self.kill()
+            if self.proc.poll() is None:  # type: ignore[union-attr]  (not a run that ended it)
+                log.warning("job %s epoch %s lost its lease; stopping it", self.job_id, self.epoch)
+                self.kill()
             return False
         except Exception:  # the database unreachable: keep trying while the lease lasts
             log.exception("heartbeat for job %s failed", self.job_id)
