@@ -59,6 +59,47 @@ def _ranks(watchdog: int) -> list[int]:
     return found
 
 
+# Scores digits as the demo verifier does; spins past its deadline on a record marked `spin`.
+SPINNING_VERIFIER = """
+def verify(prompt, completion, digit, spin=False, **fields):
+    while spin:
+        pass
+    return 1.0 if str(digit) in completion else 0.0
+"""
+
+
+# The module's first job: `failed` is written once its group has ended, while a job that
+# succeeds leaves its ranks winding down (~5 s) before the worker takes the next job.
+def test_an_error_on_rank_1_fails_the_job_as_on_rank_0(cluster: Cluster) -> None:
+    """Rank 1's verifier spends its budget (one timeout, max_failures 0) on the record only rank
+    1 draws at step 1: the job fails with rank 1's error code, not retried as a crash."""
+    client = cluster.client("rank-error")
+    config = {"source": SPINNING_VERIFIER, "timeout_s": 3.0, "max_failures": 0}
+    r = client.post("/v1/verifiers", json={"name": "spins", "kind": "python", "config": config})
+    assert r.status_code == 201, r.text
+    records = digit_records(16)
+    _, rank1 = PromptStream(len(records), 0).take(2)  # step 1: rank 0's record, rank 1's
+    records[rank1]["spin"] = True
+    jsonl = "".join(json.dumps(rec) + "\n" for rec in records)
+    r = client.post("/v1/datasets", data={"name": "spins"}, files={"file": ("s.jsonl", jsonl)})
+    assert r.status_code == 201, r.text
+    spec = {
+        "base_model": TINY, "dataset": r.json()["id"], "verifiers": [{"name": "spins"}],
+        "grpo": {"steps": 2, "prompts_per_step": 2, "group_size": 4, "seed": 0},
+        "generation": {"max_new_tokens": 8}, "resources": {"devices": 2},
+    }  # fmt: skip
+    r = client.post("/v1/jobs", json=spec)
+    assert r.status_code == 201, r.text
+    job = r.json()
+    final = wait_final(client, job["id"], timeout=300)
+    assert final["status"] == "failed", cluster.svc.logs()
+    assert final["error"]["code"] == "verifier_budget_exceeded", final["error"]
+    assert final["error"]["message"].startswith("rank 1 of 2: verifier 'spins' exceeded"), final
+    assert len(claims(client, job["id"])) == 1  # not retried
+    ended = [e for e in events(client, job["id"]) if e["type"] in ("rank_failed", "attempt_ended")]
+    assert not ended, ended
+
+
 def test_a_two_device_job_survives_a_killed_rank(cluster: Cluster) -> None:
     client = cluster.client("two-devices")
     job = submit_digit_job(client, TINY, **TWO_DEVICES)
@@ -135,36 +176,40 @@ def test_pause_cancel_and_sigterm_hold_for_the_whole_group(cluster: Cluster) -> 
     assert 2 <= k < steps - 2, paused
     (point,) = client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
     assert point["step"] == k  # both ranks saved at the boundary they stopped at
-    _gone(group, "the paused job's processes to end")
 
     # The two devices are free: another 2-device job runs; its cancel stops all its ranks.
+    # Submitted while the paused group winds down: the worker takes it only once that ends.
     other_client = cluster.client("group-cancel")
     other = submit_digit_job(other_client, TINY, grpo={**grpo, "steps": 500},
                              checkpoint_every=1000, resources={"devices": 2})  # fmt: skip
+    _gone(group, "the paused job's processes to end")
     wait_for(lambda: started(other_client, other["id"], 1), "the second job's step 1", 240)
     other_group = _group_of(other_client, other["id"], 1)
     r = other_client.post(f"/v1/jobs/{other['id']}/cancel")
     assert r.status_code == 202 and r.json()["status"] == "cancelling", r.text
     final = wait_final(other_client, other["id"], timeout=180)
     assert final["status"] == "cancelled" and final["step"] < 500, cluster.svc.logs()
+    # Resumed, then the worker shuts down mid-run: the job is handed back, not lost. Resumed
+    # while the cancelled group winds down: the worker claims it once that has ended.
+    assert client.post(f"/v1/jobs/{job['id']}/resume").json()["status"] == "queued"
     _gone(other_group, "every rank of the cancelled job to end")
     assert other_client.get(f"/v1/jobs/{other['id']}/checkpoints").json()["data"] == []
     assert not [e for e in events(other_client, other["id"]) if e["type"] == "rank_failed"]
 
-    # Resumed, then the worker shuts down mid-run: the job is handed back, not lost.
-    assert client.post(f"/v1/jobs/{job['id']}/resume").json()["status"] == "queued"
     wait_for(lambda: started(client, job["id"], k + 1), "a step after the resume", timeout=240)
     group = _group_of(client, job["id"], 2)
     [worker] = cluster.workers
     worker.send_signal(signal.SIGTERM)
-    assert worker.wait(timeout=180) == 0, cluster.svc.logs()
-    cluster.workers.remove(worker)
-    _gone(group, "the handed-back job's processes to end")
-    handed = client.get(f"/v1/jobs/{job['id']}").json()
+    handed = wait_for(lambda: _settled(client, job["id"], "running"), "the hand-back", 180)
     assert handed["status"] == "queued" and handed["step"] < steps, handed
     saved = client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
     assert saved[-1]["step"] == handed["step"]  # checkpointed at the step it handed back
+    # The new worker starts (~10 s) while the old one winds down; it can claim the job only
+    # now that it is queued, so the hand-back above is the old worker's alone.
     cluster.workers.append(_spawn_worker(cluster, "worker-restarted"))
+    assert worker.wait(timeout=180) == 0, cluster.svc.logs()
+    cluster.workers.remove(worker)
+    _gone(group, "the handed-back job's processes to end")
 
     final = wait_final(client, job["id"], timeout=300)
     assert final["status"] == "succeeded", cluster.svc.logs()
@@ -190,42 +235,3 @@ def _spawn_worker(cluster: Cluster, name: str) -> subprocess.Popen[bytes]:
     proc = _spawn(command, cluster.svc.env, cluster.svc.log_dir / f"{name}.log")
     cluster.svc.procs.append(proc)  # stopped with the cluster
     return proc
-
-
-# Scores digits as the demo verifier does; spins past its deadline on a record marked `spin`.
-SPINNING_VERIFIER = """
-def verify(prompt, completion, digit, spin=False, **fields):
-    while spin:
-        pass
-    return 1.0 if str(digit) in completion else 0.0
-"""
-
-
-def test_an_error_on_rank_1_fails_the_job_as_on_rank_0(cluster: Cluster) -> None:
-    """Rank 1's verifier spends its budget (one timeout, max_failures 0) on the record only rank
-    1 draws at step 1: the job fails with rank 1's error code, not retried as a crash."""
-    client = cluster.client("rank-error")
-    config = {"source": SPINNING_VERIFIER, "timeout_s": 3.0, "max_failures": 0}
-    r = client.post("/v1/verifiers", json={"name": "spins", "kind": "python", "config": config})
-    assert r.status_code == 201, r.text
-    records = digit_records(16)
-    _, rank1 = PromptStream(len(records), 0).take(2)  # step 1: rank 0's record, rank 1's
-    records[rank1]["spin"] = True
-    jsonl = "".join(json.dumps(rec) + "\n" for rec in records)
-    r = client.post("/v1/datasets", data={"name": "spins"}, files={"file": ("s.jsonl", jsonl)})
-    assert r.status_code == 201, r.text
-    spec = {
-        "base_model": TINY, "dataset": r.json()["id"], "verifiers": [{"name": "spins"}],
-        "grpo": {"steps": 2, "prompts_per_step": 2, "group_size": 4, "seed": 0},
-        "generation": {"max_new_tokens": 8}, "resources": {"devices": 2},
-    }  # fmt: skip
-    r = client.post("/v1/jobs", json=spec)
-    assert r.status_code == 201, r.text
-    job = r.json()
-    final = wait_final(client, job["id"], timeout=300)
-    assert final["status"] == "failed", cluster.svc.logs()
-    assert final["error"]["code"] == "verifier_budget_exceeded", final["error"]
-    assert final["error"]["message"].startswith("rank 1 of 2: verifier 'spins' exceeded"), final
-    assert len(claims(client, job["id"])) == 1  # not retried
-    ended = [e for e in events(client, job["id"]) if e["type"] in ("rank_failed", "attempt_ended")]
-    assert not ended, ended

@@ -38,11 +38,13 @@ def embedded_two_devices(
         env.pop(production, None)
     svc = RunningService(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=work)
     svc.migrate()
-    svc.add_model(TINY, tiny_model_dir)
     svc.procs.append(_spawn(["api", "--port", str(port)], env, work / "api.log"))
     worker = ["worker", "--devices", "2", "--grace-seconds", "30"]
     svc.procs.append(_spawn(worker, env, work / "worker.log"))
     try:
+        # Registered while the two processes start (SQLite in WAL mode, writers queue): the
+        # catalog is read only when the test submits its job.
+        svc.add_model(TINY, tiny_model_dir)
         _wait_ready(svc)
         yield svc
     finally:
