@@ -34,7 +34,7 @@ from service.core.leases import LeaseLost
 from service.evaluations import rows
 from service.evaluations.results import summarize
 from service.models import Evaluation, EvaluationSample
-from service.process_group import die_with_parent, kill_tree
+from service.process_group import die_with_parent, exit_now, kill_tree
 from service.settings import Settings, get_settings
 from service.storage import open_storage_from_settings
 from service.training import resume
@@ -211,4 +211,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))  # the outcome is committed: no teardown of torch

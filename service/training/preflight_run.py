@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from service.core.db import session_scope
 from service.jobs import preflight_rows
 from service.models import Job, Preflight
-from service.process_group import die_with_parent, kill_tree
+from service.process_group import die_with_parent, exit_now, kill_tree
 from service.settings import Settings, get_settings
 from service.storage import ObjectStorage, open_storage_from_settings
 from service.training import resume
@@ -161,4 +161,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))  # the outcome is committed: no teardown of torch

@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 
-from service.process_group import die_with_parent
+from service.process_group import die_with_parent, exit_now
 
 
 def main(argv: list[str]) -> int:
@@ -74,10 +74,7 @@ def _exit_if_ended(job_id: str, code: int) -> None:
                 return
     except Exception:  # noqa: BLE001 (the database away: the ordinary exit, no harm)
         return
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_now(code)
 
 
 if __name__ == "__main__":
