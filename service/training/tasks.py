@@ -1,11 +1,19 @@
 """The jobs domain's Celery tasks: thin adapters that pass an id to the watchdog (a training
 job), to the pre-flight supervisor (`preflight_run.supervise`) or to the evaluation's
-(`evaluation_run.supervise`)."""
+(`evaluation_run.supervise`).
+
+Only the worker imports this module (`service.worker` names it in `include`; the API enqueues
+by task name), once, in its main process: the supervisors are imported here, not in each task,
+so that every pool child (one a task) is forked with them loaded instead of importing them
+again (~2 s of CPU a task). None of them loads torch: the training runs in a child process.
+"""
 
 from celery.signals import after_setup_logger, after_setup_task_logger, worker_process_init
 
 from service.core.db import end_idle_transactions_after
 from service.settings import get_settings
+from service.training import evaluation_run, preflight_run
+from service.training.watchdog import supervise_job
 from service.worker import EVALUATION_TASK, PREFLIGHT_TASK, TRAIN_TASK, app
 from workers.observability import JsonFormatter
 
@@ -27,23 +35,16 @@ def _no_frozen_row_locks(**_kwargs: object) -> None:
 @app.task(name=TRAIN_TASK)
 def train_job(job_id: str) -> None:
     # This process holds the lease and the watchdog; the training runs in a child of its own.
-    # Imported here so that the API, which imports this module's app, never loads it.
-    from service.training.watchdog import supervise_job
-
     supervise_job(job_id)
 
 
 @app.task(name=PREFLIGHT_TASK)
 def preflight(preflight_id: str) -> None:
     # As train_job: the pre-flight itself runs in a child process (service.training.preflight_run).
-    from service.training.preflight_run import supervise
-
-    supervise(preflight_id)
+    preflight_run.supervise(preflight_id)
 
 
 @app.task(name=EVALUATION_TASK)
 def evaluation(evaluation_id: str) -> None:
     # As train_job: this process holds the lease; the evaluation runs in a child of its own.
-    from service.training.evaluation_run import supervise
-
-    supervise(evaluation_id)
+    evaluation_run.supervise(evaluation_id)
