@@ -92,11 +92,6 @@ def test_schemathesis_fuzzes_every_route(api: RunningService, tmp_path: Path) ->
         "30",
         "--generation-database",
         ":memory:",
-        # Two threads: one generates its next case while the server answers the other's (the
-        # same cases per operation; 98 s -> 86 s alone on 2 cores). In process, through the
-        # app's ASGI interface, it took as long: the CPU is hypothesis's and the app's, not HTTP's.
-        "--workers",
-        "2",
         "--no-color",
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path)
