@@ -21,8 +21,10 @@ fixed-shape step eagerly (the tests pin it to the decoder's steps there, compile
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -137,14 +139,20 @@ class StaticStep:
 
     def _compile_or_fall_back(self) -> None:
         """One step through the compiled layer (inductor compiles it here, at its first call,
-        or reuses an earlier compile of these shapes); where that fails, the eager layer. The
-        step's state is put back (its cache column is written again by the real step)."""
+        or reuses an earlier compile of these shapes); where that fails, the eager layer."""
+        with self._state_kept():
+            try:
+                self._compute()
+            except Exception as exc:  # noqa: BLE001 (inductor or its compiler missing, an op)
+                warnings.warn(f"decode layers not compiled: {exc}", stacklevel=4)
+                self.layer = decode_layer
+
+    @contextlib.contextmanager
+    def _state_kept(self) -> Iterator[None]:
+        """Steps run inside leave the step's position and cache column as they found them
+        (the columns they wrote are written again by the real steps)."""
         saved = self.positions.clone(), self.column.clone()
-        try:
-            self._compute()
-        except Exception as exc:  # noqa: BLE001 (inductor or its compiler missing, unsupported op)
-            warnings.warn(f"decode layers not compiled: {exc}", stacklevel=3)
-            self.layer = decode_layer
+        yield
         self.positions.copy_(saved[0])
         self.column.copy_(saved[1])
 
@@ -155,17 +163,15 @@ class StaticStep:
         autocast = torch.is_autocast_enabled("cuda")
         dtype = torch.get_autocast_dtype("cuda")
         with torch.autocast("cuda", dtype=dtype, enabled=autocast, cache_enabled=False):
-            saved = self.positions.clone(), self.column.clone()
             side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                if self.layer is not decode_layer:
-                    self._compile_or_fall_back()
-                for _ in range(WARMUP_STEPS):
-                    self._compute()  # writes columns the real steps write again
-            torch.cuda.current_stream().wait_stream(side)
-            self.positions.copy_(saved[0])
-            self.column.copy_(saved[1])
+            with self._state_kept():
+                side.wait_stream(torch.cuda.current_stream())  # after the state's copy
+                with torch.cuda.stream(side):
+                    if self.layer is not decode_layer:
+                        self._compile_or_fall_back()
+                    for _ in range(WARMUP_STEPS):
+                        self._compute()
+                torch.cuda.current_stream().wait_stream(side)  # then the state is put back
             self.graph = torch.cuda.CUDAGraph()
             # thread_local: the trainer's thread goes on launching while the generator's captures
             with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
