@@ -1,11 +1,11 @@
 """Queue infrastructure: the Celery app, `enqueue_training` (and pre-flights', evaluations')
 and `queue_depth`.
 
-It imports only the settings (as polar's `polar/worker`): the API enqueues wake-ups through it
-without loading torch, and each domain owns its tasks (`service.training.tasks`, named in
-`include`, imported by the worker process only). The broker message is only a wake-up; the job
-row and its lease are the truth. So tasks ack early, prefetch one message at a time, and a
-worker trains one job per GPU (`-c 1`).
+It imports only the settings and the embedded broker (as polar's `polar/worker`): the API
+enqueues wake-ups through it without loading torch, and each domain owns its tasks
+(`service.training.tasks`, named in `include`, imported by the worker process only). The broker
+message is only a wake-up; the job row and its lease are the truth. So tasks ack early,
+prefetch one message at a time, and a worker trains one job per GPU (`-c 1`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from functools import lru_cache
 
 from celery import Celery
 
+from service.core import filesystem_broker
 from service.settings import Settings, get_settings
 
 TRAIN_TASK = "grpo.train_job"
@@ -26,7 +27,9 @@ def make_celery(settings: Settings) -> Celery:
     # A broker that is down must not hang a request: fail fast, the reconciler re-enqueues.
     transport_options: dict[str, object] = {"socket_connect_timeout": 3, "socket_timeout": 10}
     if settings.broker_url is None:
-        # Embedded mode: kombu's filesystem transport, a folder shared by the API and the worker.
+        # Embedded mode: kombu's filesystem transport (messages written whole: see
+        # filesystem_broker), a folder shared by the API and the worker.
+        app.conf.broker_transport = filesystem_broker.TRANSPORT
         folder = settings.broker_folder
         for sub in ("queue", "processed", "control"):
             (folder / sub).mkdir(parents=True, exist_ok=True)

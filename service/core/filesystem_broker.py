@@ -1,0 +1,44 @@
+"""The embedded mode's broker: kombu's filesystem transport, with each message written whole
+before a consumer can see it.
+
+kombu (5.7) writes a message file in place: it creates `<time>_<uuid>.<queue>.msg`, then
+serialises and writes the payload. A consumer lists the folder, moves the file away and reads
+it without the writer's lock, so a worker polling while the API writes can read an empty
+file; the JSONDecodeError comes out of Celery's event loop as an unrecoverable error, the
+worker stops, and `grpo-service up` stops with it (seen under load; upstream celery/kombu#1551).
+Here the payload is written under a name no queue matches and renamed into place, which is
+atomic within a folder: a consumer sees all of a message or nothing of it. Reading, ordering
+(by the name's leading clock) and the folders are kombu's own.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from time import monotonic
+from typing import Any
+
+from kombu.exceptions import ChannelError
+from kombu.transport import filesystem
+from kombu.utils.json import dumps
+
+# `make_celery` names this class for the embedded broker (kombu resolves "module:Class").
+TRANSPORT = f"{__name__}:Transport"
+
+
+class Channel(filesystem.Channel):
+    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
+        # The name kombu gives a message, so that consumers find and order it as theirs.
+        name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
+        final = os.path.join(self.data_folder_out, name)
+        partial = f"{final}.partial"  # ends in neither `.msg` nor any queue's suffix
+        try:
+            with open(partial, "wb") as fh:
+                fh.write(dumps(payload).encode())
+            os.replace(partial, final)
+        except OSError as exc:
+            raise ChannelError(f"Cannot add file {final!r} to directory") from exc
+
+
+class Transport(filesystem.Transport):
+    Channel = Channel

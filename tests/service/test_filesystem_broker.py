@@ -1,0 +1,54 @@
+"""The embedded broker hands a worker each message whole. kombu's own filesystem transport
+creates a message's file before it serialises and writes the message, and a consumer reads
+without the writer's lock: a worker polling then read an empty file, and the JSONDecodeError
+stopped it, and `grpo-service up` with it (seen in the suite under load)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from queue import Empty
+from typing import Any
+
+import pytest
+from kombu.transport import filesystem
+from kombu.utils import json
+
+from service.core import filesystem_broker
+from service.settings import Settings
+from service.worker import make_celery
+
+
+def test_a_worker_never_reads_a_message_still_being_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def slow_dumps(obj: Any) -> str:
+        time.sleep(0.3)  # a big message, or a loaded machine: the window the race needs
+        return json.dumps(obj)
+
+    for module in (filesystem, filesystem_broker):  # kombu's writer, and ours
+        monkeypatch.setattr(module, "dumps", slow_dumps)
+    app = make_celery(Settings(data_dir=tmp_path, broker_url=None))
+    sent = [{"job": f"job_{i}"} for i in range(3)]
+    received: list[object] = []
+
+    def produce() -> None:
+        with app.connection_for_write() as conn, conn.SimpleQueue("gpu") as queue:
+            for body in sent:
+                queue.put(body)
+
+    with app.connection_for_read() as conn, conn.SimpleQueue("gpu") as queue:
+        producer = threading.Thread(target=produce)
+        producer.start()
+        deadline = time.monotonic() + 30
+        while len(received) < len(sent) and time.monotonic() < deadline:
+            try:
+                message = queue.get(block=False)
+            except Empty:
+                continue
+            received.append(message.payload)
+            message.ack()
+        producer.join()
+    assert received == sent  # whole, and in the order sent
+    assert not list((tmp_path / "broker" / "queue").iterdir())  # nothing left half-written
