@@ -33,10 +33,15 @@ def test_a_worker_never_reads_a_message_still_being_written(
     sent = [{"job": f"job_{i}"} for i in range(3)]
     received: list[object] = []
 
+    errors: list[BaseException] = []
+
     def produce() -> None:
-        with app.connection_for_write() as conn, conn.SimpleQueue("gpu") as queue:
-            for body in sent:
-                queue.put(body)
+        try:
+            with app.connection_for_write() as conn, conn.SimpleQueue("gpu") as queue:
+                for body in sent:
+                    queue.put(body)
+        except BaseException as exc:  # noqa: BLE001 (reported by the assertion below)
+            errors.append(exc)
 
     with app.connection_for_read() as conn, conn.SimpleQueue("gpu") as queue:
         producer = threading.Thread(target=produce)
@@ -46,9 +51,12 @@ def test_a_worker_never_reads_a_message_still_being_written(
             try:
                 message = queue.get(block=False)
             except Empty:
+                time.sleep(0.005)  # a worker's poll, far inside the writer's 0.3 s
                 continue
             received.append(message.payload)
             message.ack()
         producer.join()
-    assert received == sent  # whole, and in the order sent
+    folder = sorted(p.name for p in (tmp_path / "broker").rglob("*"))
+    assert not errors, errors
+    assert received == sent, folder  # whole, and in the order sent
     assert not list((tmp_path / "broker" / "queue").iterdir())  # nothing left half-written
