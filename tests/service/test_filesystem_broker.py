@@ -10,8 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-# Run in a fresh interpreter, as the API and the worker are: the suite's own process holds
-# other tests' Celery apps and connections (in it, this exchange once went to other folders).
+# Run in a fresh interpreter, as the API and the worker are: kombu keeps the filesystem
+# transport's bindings in one state per process (`Transport.global_state`), so in the suite's
+# process a "gpu" binding another test's app made to its own folder counts as made, none is
+# written to this app's folder, and its messages are dropped as undeliverable.
 EXCHANGE = """
 import json, sys, threading, time
 from pathlib import Path
