@@ -9,6 +9,11 @@ worker stops, and `grpo-service up` stops with it (seen under load; upstream cel
 Here the payload is written under a name no queue matches and renamed into place, which is
 atomic within a folder: a consumer sees all of a message or nothing of it. Reading, ordering
 (by the name's leading clock) and the folders are kombu's own.
+
+kombu also keeps the transport's bindings in one state per process, whatever the folder: a
+second broker folder used in the same process (a test beside an embedded service, a tool
+that enqueues into two) found its queue "already bound", wrote no binding into its own
+folder, and its messages were dropped as undeliverable. Here the state is one per folder.
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ from __future__ import annotations
 import os
 import uuid
 from time import monotonic
-from typing import Any
+from typing import Any, ClassVar
 
 from kombu.exceptions import ChannelError
-from kombu.transport import filesystem
+from kombu.transport import filesystem, virtual
 from kombu.utils.json import dumps
 
 # `make_celery` names this class for the embedded broker (kombu resolves "module:Class").
@@ -42,3 +47,9 @@ class Channel(filesystem.Channel):
 
 class Transport(filesystem.Transport):
     Channel = Channel
+    _states: ClassVar[dict[str, virtual.BrokerState]] = {}
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        super().__init__(client, **kwargs)
+        folder = os.path.abspath(client.transport_options.get("control_folder", "control"))
+        self.state = self._states.setdefault(folder, virtual.BrokerState())

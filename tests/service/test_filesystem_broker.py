@@ -75,3 +75,17 @@ def test_a_worker_never_reads_a_message_still_being_written(tmp_path: Path) -> N
     assert result["received"] == result["sent"]  # whole, and in the order sent
     assert "gpu.exchange" in {p.name for p in (tmp_path / "broker" / "control").iterdir()}
     assert not list((tmp_path / "broker" / "queue").iterdir())  # nothing left half-written
+
+
+def test_two_broker_folders_in_one_process_each_get_their_messages(tmp_path: Path) -> None:
+    """kombu keeps the filesystem transport's bindings in one state per process: the second
+    folder's queue counted as bound, got no binding file, and its message was dropped."""
+    from service.settings import Settings
+    from service.worker import make_celery
+
+    for name in ("first", "second"):
+        app = make_celery(Settings(data_dir=tmp_path / name, broker_url=None))
+        with app.connection_for_write() as conn, conn.SimpleQueue("gpu") as queue:
+            queue.put({"broker": name})
+        with app.connection_for_read() as conn, conn.SimpleQueue("gpu") as queue:
+            assert queue.get(timeout=5).payload == {"broker": name}
