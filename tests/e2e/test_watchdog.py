@@ -168,7 +168,12 @@ def test_a_hung_training_process_is_killed_and_its_job_resumes(cluster: Cluster)
     final = wait_final(client, job["id"], timeout=240)
     assert final["status"] == "succeeded", cluster.svc.logs()
     (cause,) = ended(client, job["id"])
-    assert cause["code"] == "step_timeout" and cause["epoch"] == 1, cause
+    assert cause["epoch"] == 1, cause
+    # Frozen at a random point of a step: in the verifier's batch (its helper waits on the
+    # frozen process) the cause names the verifier, elsewhere the step (seen both ways).
+    assert cause["code"] in ("step_timeout", "verifier_timeout"), cause
+    if cause["code"] == "verifier_timeout":
+        assert "verifier 'digits' was still scoring" in cause["message"], cause
     assert f"ran past its budget of {STEP_BUDGET_S}s (queue 'gpu')" in cause["message"]
     rows = metric_rows(cluster, job["id"])
     assert [step for step, _ in rows] == list(range(1, 13))  # every step exactly once
