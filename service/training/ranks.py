@@ -9,10 +9,9 @@ fenced by the epoch, and its stop, release and pause decisions hold for all rank
 broadcasts them). The others (`Follower`) write nothing.
 
 The lease, fencing, cancel and pause rules are the one-process ones, for the whole group:
-- the watchdog renews the lease from rank 0's beacons (relayed from a FIFO: the ranks are
-  forked from the launcher's forkserver and inherit no pipe of the training process) and
-  kills the whole group (`process_group.kill_tree`) on a lost lease, an overrun step or an
-  unheeded cancel;
+- the watchdog renews the lease from rank 0's beacons (relayed from a FIFO: the launcher
+  starts ranks with a fresh interpreter, which inherits no pipe) and kills the whole group
+  (`process_group.kill_tree`) on a lost lease, an overrun step or an unheeded cancel;
 - SIGTERM to the training process (the worker shutting down) goes on to every rank (the
   launcher's own handling); rank 0 checkpoints at the next step boundary and hands the job
   back, and the ranks have the queue's step budget to end before they are killed;
@@ -146,14 +145,12 @@ def run_group(
 
 
 def rank_main(job_id: str, epoch: int, fifo: str, release_early: bool) -> int:
-    """One rank, forked from the launcher's forkserver (`workers.grpo.launch`)."""
+    """One rank, in a fresh interpreter started by the launcher."""
     release = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: release.set())  # hand back at the next boundary
     if release_early:  # SIGTERM reached the training process before the ranks started
         release.set()
-    # Never outlive the launcher (nor the lease it serves): the parent is its forkserver,
-    # which exits as soon as the launcher is gone.
-    die_with_parent(signal.SIGKILL)
+    die_with_parent(signal.SIGKILL)  # never outlive the launcher (nor the lease it serves)
     import torch.distributed as dist
 
     from workers.grpo.launch import join, leave

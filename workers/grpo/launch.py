@@ -2,10 +2,7 @@
 
 `launch` runs `entry(*args)` in N processes through `torch.distributed.launcher.elastic_launch`
 (a c10d rendezvous on a free local port, no restarts: a rank that fails stops the others, and
-the run resumes from its last checkpoint as a one-process run does). The ranks are forked from
-the standard library's forkserver, which imports torch and the engine once (`PRELOAD`) instead
-of each rank importing them in a fresh interpreter; the server only imports, so a rank is the
-first process to touch CUDA, as with `spawn`. Each process then joins the
+the run resumes from its last checkpoint as a one-process run does). Each process then joins the
 default process group (`join`: gloo on CPU, NCCL on CUDA, one device per process) and trains
 (`distributed.py`). `world.check_world` refuses a spec that cannot split before any process
 starts.
@@ -20,7 +17,6 @@ would on rank 0, where a rank that died (a signal, an OOM kill) wrote none.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import time
 import traceback
@@ -41,9 +37,6 @@ __all__ = [
     "recorded_error",
 ]
 _KIND = "grpoError"  # our key in the error file's extraInfo (torch's own keys are camelCase)
-# What every rank imports, imported once by the forkserver (none of it asks anything of CUDA
-# at import: tests/workers/grpo/test_distributed.py checks it).
-PRELOAD = ("torch.distributed", "workers.grpo.trainer")
 
 
 def launch(
@@ -63,12 +56,9 @@ def launch(
         rdzv_endpoint="localhost:0",  # a free port, as `torchrun --standalone`
         max_restarts=0,
         monitor_interval=0.1,
-        start_method="forkserver",
+        start_method="spawn",
         shutdown_timeout=shutdown_timeout,
     )
-    # Takes effect when this process first starts the server; the entry's own module too.
-    extra = [] if entry.__module__ == "__main__" else [entry.__module__]
-    multiprocessing.get_context("forkserver").set_forkserver_preload([*PRELOAD, *extra])
     # As torchrun: one intra-op thread per process unless told, not N processes x all cores.
     before = os.environ.get("OMP_NUM_THREADS")
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
