@@ -9,9 +9,10 @@ fenced by the epoch, and its stop, release and pause decisions hold for all rank
 broadcasts them). The others (`Follower`) write nothing.
 
 The lease, fencing, cancel and pause rules are the one-process ones, for the whole group:
-- the watchdog renews the lease from rank 0's beacons (relayed from a FIFO: the launcher
-  starts ranks with a fresh interpreter, which inherits no pipe) and kills the whole group
-  (`process_group.kill_tree`) on a lost lease, an overrun step or an unheeded cancel;
+- the watchdog renews the lease from rank 0's beacons (relayed from a FIFO: the ranks are
+  forked from the launcher's forkserver and inherit no pipe of the training process) and
+  kills the whole group (`process_group.kill_tree`) on a lost lease, an overrun step or an
+  unheeded cancel;
 - SIGTERM to the training process (the worker shutting down) goes on to every rank (the
   launcher's own handling); rank 0 checkpoints at the next step boundary and hands the job
   back, and the ranks have the queue's step budget to end before they are killed;
@@ -116,10 +117,11 @@ def run_group(
     work_dir = attempt_dir(settings, job.id, epoch)
     relay = BeaconRelay(beacon, work_dir)
     budget = int(settings.step_timeout_for(job.queue)) + 1
+    logs = work_dir / "launch"  # the ranks' error files
     try:
         results = launch(
             job.devices, rank_main, job.id, epoch, str(relay.path), release.is_set(),
-            shutdown_timeout=budget,
+            shutdown_timeout=budget, log_dir=str(logs),
         )  # fmt: skip
         return int(results.get(0, DONE))
     except SignalException:  # SIGTERM: passed on; rank 0 handed the job back, or ran out of time
@@ -127,30 +129,48 @@ def run_group(
     except ChildFailedError as exc:
         from workers.grpo.launch import recorded_error
 
-        if (error := recorded_error(exc)) is not None:  # a rank's own error: the job's
+        if (error := recorded_error(logs)) is not None:  # a rank's own error: the job's
             try:
                 _record_job_failure(job, epoch, *error)
             except OperationalError:  # the database away: the lease lapses, the job resumes
                 log.exception("job %s: could not record its failure", job.id)
                 return LEFT_TO_RECONCILER
             return DONE
-        rank, failure = exc.get_first_failure()
+        rank, failure = _culprit(exc.failures)
         if failure.exitcode == LEFT_TO_RECONCILER:
             return LEFT_TO_RECONCILER
-        _record_rank_failure(job, epoch, rank, failure.message or f"exit {failure.exitcode}")
+        _record_rank_failure(job, epoch, rank, _why(failure))
         return RANK_FAILED
     finally:
         relay.close()
         shutil.rmtree(work_dir, ignore_errors=True)
 
 
+def _culprit(failures: dict[int, Any]) -> tuple[int, Any]:
+    """Of the failures the launcher saw, the rank that died (a signal: killed, OOM-killed)
+    rather than a peer that failed on the collective it broke, whichever exited first."""
+    killed = [rank for rank, failure in failures.items() if failure.exitcode < 0]
+    rank = min(killed or failures)
+    return rank, failures[rank]
+
+
+def _why(failure: Any) -> str:
+    """A failure's message: a rank's error file holds it as {"message": ..., ...}."""
+    message = failure.message
+    if isinstance(message, dict):
+        message = message.get("message")
+    return str(message or f"exit {failure.exitcode}")
+
+
 def rank_main(job_id: str, epoch: int, fifo: str, release_early: bool) -> int:
-    """One rank, in a fresh interpreter started by the launcher."""
+    """One rank, forked from the launcher's forkserver (`workers.grpo.launch`)."""
     release = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: release.set())  # hand back at the next boundary
     if release_early:  # SIGTERM reached the training process before the ranks started
         release.set()
-    die_with_parent(signal.SIGKILL)  # never outlive the launcher (nor the lease it serves)
+    # Never outlive the launcher (nor the lease it serves): the parent is its forkserver,
+    # which exits as soon as the launcher is gone.
+    die_with_parent(signal.SIGKILL)
     import torch.distributed as dist
 
     from workers.grpo.launch import join, leave

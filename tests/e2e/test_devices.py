@@ -47,16 +47,25 @@ def cluster(
 
 
 def _ranks(watchdog: int) -> list[int]:
-    """The launcher's rank processes below a watchdog (fresh interpreters: `spawn_main`)."""
-    found = []
+    """The launcher's rank processes below a watchdog: the children of its forkserver (they
+    carry the server's command line)."""
+    forked = []
     for pid in descendants(watchdog):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if b"spawn_main" in fh.read():
-                    found.append(pid)
+                if b"multiprocessing.forkserver" in fh.read():
+                    forked.append(pid)
         except OSError:
             continue
-    return found
+    return [pid for pid in forked if _parent(pid) in forked]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 # Scores digits as the demo verifier does; spins past its deadline on a record marked `spin`.

@@ -181,3 +181,25 @@ def test_a_batch_that_does_not_split_is_refused_before_any_process(
     result = CliRunner().invoke(app, ["train", str(spec), "--out", str(out), "--nproc", str(nproc)])
     assert result.exit_code == 2 and message in result.stderr
     assert not out.exists()
+
+
+def test_the_ranks_preload_asks_nothing_of_cuda() -> None:
+    """The ranks fork from a server that imported the launcher's PRELOAD and the entry modules.
+    Had one of those imports asked CUDA anything (even `is_available`, which initialises the
+    driver), a rank on a GPU could not initialise CUDA after the fork."""
+    code = """
+import importlib
+import torch
+
+def refuse(*args, **kwargs):
+    raise SystemExit("CUDA asked at import")
+
+for name in ("is_available", "device_count", "init", "_lazy_init", "current_device"):
+    setattr(torch.cuda, name, refuse)
+from workers.grpo.launch import PRELOAD
+for module in (*PRELOAD, "workers.local_train", "service.training.ranks"):
+    importlib.import_module(module)
+print("imported", len(PRELOAD) + 2)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "imported 4" in out.stdout, out.stderr
