@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Protocol
 
 PR_SET_PDEATHSIG = 1
 
@@ -38,7 +39,15 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+class Child(Protocol):
+    """A child process: a `subprocess.Popen`, or a forked one (`training.forked`)."""
+
+    pid: int
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def kill_tree(proc: Child) -> None:
     """SIGKILL a child started in a process group of its own, its group and every descendant
     (verifier sandboxes live in sessions of their own, outside the group), and reap it."""
     doomed = descendants(proc.pid)

@@ -1,8 +1,8 @@
 """Evaluations on a worker (docs/evaluations.md), run as a job is:
 
 - the `grpo.evaluation` task (`supervise`, in the Celery pool process) claims the row under a
-  lease, starts the run in a process of its own (`python -m service.training.evaluation_run ID
-  EPOCH`: tenant code never runs in the pool process), renews the lease while that process
+  lease, starts the run in a process of its own (`process_main`, forked with the engine loaded:
+  `forked.py`; tenant code never runs in the pool process), renews the lease while that process
   lives, and kills it (with its verifier sandboxes) when a cancel is asked for or the lease is
   lost, or when it stores no batch within its queue's step budget; the outcome's transition
   meters the device time from the claim;
@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import insert, select
 
@@ -37,7 +37,7 @@ from service.models import Evaluation, EvaluationSample
 from service.process_group import die_with_parent, exit_now, kill_tree
 from service.settings import Settings, get_settings
 from service.storage import open_storage_from_settings
-from service.training import resume
+from service.training import forked, resume
 from service.training.scorers import open_scorers
 from service.training.uploads import error_code
 from service.training.weights import weights_for
@@ -54,8 +54,7 @@ def supervise(evaluation_id: str, settings: Settings | None = None) -> None:
     if epoch is None or queue is None:
         log.info("evaluation %s is not claimable (taken or final)", evaluation_id)
         return
-    command = [sys.executable, "-m", "service.training.evaluation_run", evaluation_id, str(epoch)]
-    proc = subprocess.Popen(command, process_group=0)
+    proc = forked.start(process_main, [evaluation_id, str(epoch)], env={})  # the engine loaded
     stall = Stall(settings.step_timeout_for(queue), settings.startup_timeout_s)
     try:
         error = _watch(proc, evaluation_id, epoch, settings, stall)
@@ -86,7 +85,7 @@ class Stall:
 
 
 def _watch(
-    proc: subprocess.Popen[bytes],
+    proc: forked.ForkedProcess,
     evaluation_id: str,
     epoch: int,
     settings: Settings,
@@ -183,7 +182,7 @@ def run(row: Evaluation, epoch: int, settings: Settings, work_dir: Path) -> dict
 
 def main(argv: list[str]) -> int:
     die_with_parent(signal.SIGKILL)  # the pool process holds the lease: never outlive it
-    logging.basicConfig(level=logging.INFO)
+    logging.basicConfig(level=logging.INFO, force=True)
     settings = get_settings()
     evaluation_id, epoch = argv[0], int(argv[1])
     with session_scope() as session:
@@ -210,5 +209,11 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def process_main(argv: list[str]) -> NoReturn:
+    """The run's process: `main`, then out at once (the outcome is committed: no teardown of
+    torch). `python -m service.training.evaluation_run ID EPOCH` runs it in a fresh one."""
+    exit_now(main(argv))
+
+
 if __name__ == "__main__":
-    exit_now(main(sys.argv[1:]))  # the outcome is committed: no teardown of torch
+    process_main(sys.argv[1:])

@@ -18,15 +18,15 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from service.core.db import session_scope
 from service.jobs import preflight_rows
 from service.models import Job, Preflight
-from service.process_group import die_with_parent, exit_now, kill_tree
+from service.process_group import Child, die_with_parent, exit_now, kill_tree
 from service.settings import Settings, get_settings
 from service.storage import ObjectStorage, open_storage_from_settings
-from service.training import resume
+from service.training import forked, resume
 from service.training.scorers import open_scorers
 from service.training.uploads import error_code
 from service.training.weights import weights_for
@@ -97,8 +97,11 @@ def supervise(
     if row is None:
         log.info("pre-flight %s is not claimable (taken, final or expired)", preflight_id)
         return
-    command = command or [sys.executable, "-m", "service.training.preflight_run", preflight_id]
-    proc = subprocess.Popen(command, process_group=0)
+    proc: Child
+    if command is None:
+        proc = forked.start(process_main, [preflight_id], env={})  # the engine loaded: `forked.py`
+    else:
+        proc = subprocess.Popen(command, process_group=0)
     try:
         rc = proc.wait(timeout=settings.preflight_timeout_s)
     except subprocess.TimeoutExpired:
@@ -118,7 +121,7 @@ def supervise(
         preflight_rows.finish(session, preflight_id, None, error)
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
+def _kill(proc: Child) -> None:
     """SIGKILL the child's group and everything below it (sandboxes have sessions of their
     own), as the job watchdog's kill."""
     kill_tree(proc)
@@ -137,7 +140,7 @@ def run_row(
 
 def main(argv: list[str]) -> int:
     die_with_parent(signal.SIGKILL)  # the task enforces the timeout: never outlive it
-    logging.basicConfig(level=logging.INFO)
+    logging.basicConfig(level=logging.INFO, force=True)
     settings = get_settings()
     with session_scope() as session:
         row = session.get(Preflight, argv[0])
@@ -160,5 +163,11 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def process_main(argv: list[str]) -> NoReturn:
+    """The pre-flight's process: `main`, then out at once (the outcome is committed: no
+    teardown of torch). `python -m service.training.preflight_run ID` runs it in a fresh one."""
+    exit_now(main(argv))
+
+
 if __name__ == "__main__":
-    exit_now(main(sys.argv[1:]))  # the outcome is committed: no teardown of torch
+    process_main(sys.argv[1:])

@@ -5,14 +5,21 @@ job), to the pre-flight supervisor (`preflight_run.supervise`) or to the evaluat
 Only the worker imports this module (`service.worker` names it in `include`; the API enqueues
 by task name), once, in its main process: the supervisors are imported here, not in each task,
 so that every pool child (one a task) is forked with them loaded instead of importing them
-again (~2 s of CPU a task). None of them loads torch: the training runs in a child process.
+again (~2 s of CPU a task). The main process also imports the engine, once, at start
+(`forked.preload`): a pool child forks the training process with it loaded. None of them
+runs anything of the engine: the training runs in that child process.
 """
 
-from celery.signals import after_setup_logger, after_setup_task_logger, worker_process_init
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    worker_init,
+    worker_process_init,
+)
 
 from service.core.db import end_idle_transactions_after
 from service.settings import get_settings
-from service.training import evaluation_run, preflight_run
+from service.training import evaluation_run, forked, preflight_run
 from service.training.watchdog import supervise_job
 from service.worker import EVALUATION_TASK, PREFLIGHT_TASK, TRAIN_TASK, app
 from workers.observability import JsonFormatter
@@ -24,6 +31,12 @@ def _json_logs(logger, *_args, **_kwargs) -> None:  # type: ignore[no-untyped-de
     """Worker logs as JSON lines (job id and epoch on every line of a run)."""
     for handler in logger.handlers:
         handler.setFormatter(JsonFormatter())
+
+
+@worker_init.connect
+def _preload_engine(**_kwargs: object) -> None:
+    """Before the pool starts: every pool child, and the training process it forks, has it."""
+    forked.preload()
 
 
 @worker_process_init.connect

@@ -1,7 +1,9 @@
-"""The training process: `python -m service.training.train_process JOB_ID EPOCH WATCHDOG_PID`.
+"""The training process: `run([JOB_ID, EPOCH, WATCHDOG_PID])`.
 
-Started by the watchdog (`watchdog.py`) that claimed the job, in a process group of its own,
-with the progress pipe's descriptor in GRPO_PROGRESS_FD. Everything tenant-driven that runs on
+Forked by the watchdog (`watchdog.py`) that claimed the job, with the engine already imported
+(`forked.py`; `python -m service.training.train_process JOB_ID EPOCH WATCHDOG_PID` runs the same
+in a fresh interpreter), in a process group of its own, with the progress pipe's descriptor in
+GRPO_PROGRESS_FD. Everything tenant-driven that runs on
 the worker (the engine on the tenant's data, the verifier sandboxes and built-in helper it
 starts) runs here or below, never in the process that renews the lease. It dies with its
 watchdog (PR_SET_PDEATHSIG), and its exit status tells the watchdog what is left to do
@@ -39,7 +41,7 @@ def main(argv: list[str]) -> int:
 
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
-    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     settings = get_settings()
     end_idle_transactions_after(settings.lease_seconds)
     beacon = Beacon.from_env()
@@ -77,8 +79,12 @@ def _exit_if_ended(job_id: str, code: int) -> None:
     exit_now(code)
 
 
+def run(argv: list[str]) -> int:
+    """The training process's life: its exit status (`runner.DONE`, ...)."""
+    code = main(argv)
+    _exit_if_ended(argv[0], code)
+    return code
+
+
 if __name__ == "__main__":
-    job_id = sys.argv[1]
-    code = main(sys.argv[1:])
-    _exit_if_ended(job_id, code)
-    sys.exit(code)
+    sys.exit(run(sys.argv[1:]))

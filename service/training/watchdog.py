@@ -28,7 +28,6 @@ import os
 import selectors
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -38,6 +37,7 @@ from service.core.db import session_scope
 from service.jobs import lifecycle
 from service.process_group import kill_tree
 from service.settings import Settings, get_settings
+from service.training import forked, train_process
 from service.training.progress import FD_ENV, Progress
 from service.training.runner import DONE, LEFT_TO_RECONCILER, claim_job
 from service.worker import enqueue_training
@@ -48,16 +48,11 @@ POLL_S = 0.25
 LEASE_LOST_GRACE_S = 5.0
 
 
-def trainer_command(job_id: str, epoch: int) -> list[str]:
-    module = "service.training.train_process"
-    return [sys.executable, "-m", module, job_id, str(epoch), str(os.getpid())]
-
-
 def supervise_job(
     job_id: str, settings: Settings | None = None, command: list[str] | None = None
 ) -> None:
-    """Claim the job and see one attempt at it through (`command` replaces the training
-    process's, for tests)."""
+    """Claim the job and see one attempt at it through (`command`, a program run instead of
+    the training process, is for tests)."""
     settings = settings or get_settings()
     claimed = claim_job(job_id, settings)
     if claimed is None:
@@ -68,7 +63,7 @@ def supervise_job(
     watch = Watchdog(job_id, epoch, job.queue, settings, job.devices)
     try:
         with watch.passing_sigterm_on():
-            watch.start(command or trainer_command(job_id, epoch))
+            watch.start(command)
             watch.run()
     finally:
         watch.close()
@@ -81,7 +76,7 @@ class Watchdog:
         self.job_id, self.epoch, self.queue, self.settings = job_id, epoch, queue, settings
         self.devices = devices
         self.step_budget = settings.step_timeout_for(queue)
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | forked.ForkedProcess | None = None
         self.progress = Progress()
         self._fd: int | None = None
         self._renewed = self._next_renew = time.monotonic()  # the claim set the lease
@@ -89,11 +84,18 @@ class Watchdog:
         self._term_pending = False
 
     # -- the training process -------------------------------------------------------------
-    def start(self, command: list[str]) -> None:
+    def start(self, command: list[str] | None = None) -> None:
+        """Start the training process (forked with the engine loaded: `forked.py`), or
+        `command` in its place, with the write end of the progress pipe."""
         read, write = os.pipe()
-        env = {**os.environ, FD_ENV: str(write)}
         try:
-            self.proc = subprocess.Popen(command, pass_fds=(write,), env=env, process_group=0)
+            if command is None:
+                argv = [self.job_id, str(self.epoch), str(os.getpid())]
+                env = {FD_ENV: str(write)}
+                self.proc = forked.start(train_process.run, argv, env=env, close=(read,))
+            else:
+                env = {**os.environ, FD_ENV: str(write)}
+                self.proc = subprocess.Popen(command, pass_fds=(write,), env=env, process_group=0)
         except BaseException:
             os.close(read)
             raise

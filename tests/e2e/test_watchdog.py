@@ -89,12 +89,19 @@ def _descendants(pid: int) -> list[int]:
 
 
 def training_process(client: httpx.Client, job_id: str, epoch: int) -> int:
-    """The process that trains the job's attempt `epoch`: the child of the process that
-    claimed it (before the watchdog, the claimer trained it itself)."""
+    """The process that trains the job's attempt `epoch`: the child the process that claimed
+    it (its watchdog) forked into a process group of its own."""
     claim = next(c for c in claims(client, job_id) if c["epoch"] == epoch)
     claimer = int(claim["worker"].rsplit(":", 1)[1])
-    trainers = [p for p in _children(claimer) if "service.training.train_process" in _cmdline(p)]
-    return trainers[0] if trainers else claimer
+    trainers = [p for p in _children(claimer) if _group_leader(p)]
+    assert len(trainers) == 1, (claimer, trainers)
+    return trainers[0]
+
+
+def _group_leader(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return os.getpgid(pid) == pid
+    return False
 
 
 def sandboxes(cluster: Cluster) -> list[int]:
