@@ -77,7 +77,8 @@ def _report(path: str, closed: int) -> int:
 
 def _start_a_process() -> int | None:
     """As the launcher starts its ranks: through `multiprocessing`'s forkserver."""
-    process = multiprocessing.get_context("forkserver").Process(target=sys.exit, args=(3,))
+    # os._exit: a target the forkserver can unpickle whatever another test did to sys.exit
+    process = multiprocessing.get_context("forkserver").Process(target=os._exit, args=(3,))
     process.start()
     process.join(30)
     return process.exitcode
