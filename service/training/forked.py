@@ -106,15 +106,16 @@ def start(
     the descriptors in `close` (this process's end of a pipe to it)."""
     pid = os.fork()
     if pid == 0:
-        code = 1
+        code: object = 1
         try:
             code = _child(entry, args, env, close)
         except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
+            code = exc.code
         except BaseException:  # noqa: BLE001 (reported as an interpreter would)
             traceback.print_exc()
         finally:
-            os._exit(code)
+            # Never back into the parent's code: any status that is no int is 1 (None, 0).
+            os._exit(0 if code is None else code if isinstance(code, int) else 1)
     # Also here, as a shell does: a kill of the group must not find it missing yet.
     with contextlib.suppress(OSError):
         os.setpgid(pid, pid)

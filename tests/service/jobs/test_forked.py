@@ -142,6 +142,9 @@ def test_a_forked_child_is_polled_signalled_and_killed_with_its_descendants(
     assert child.wait(timeout=30) == -signal.SIGTERM
     child.send_signal(signal.SIGTERM)  # reaped: nothing is signalled
 
+    assert forked.start(lambda: None, env={}).wait(timeout=30) == 0  # as sys.exit(None)
+    assert forked.start(sys.exit, "why", env={}).wait(timeout=30) == 1
+
     marker = tmp_path / "grandchild"
     child = forked.start(_sleep_with_a_grandchild, str(marker), env={})
     deadline = time.monotonic() + 30
