@@ -14,7 +14,7 @@ mistake:
 - the Celery app (a fresh one connects on first use), standard streams (Celery's logging
   proxies), signal handlers (Python's defaults), exit functions (the pool process's) and
   multiprocessing's idea of the current process (the pool's daemonic worker, which may
-  start no process: the launcher's ranks).
+  start no process: the launcher's ranks) and of its forkserver (the parent's, if it has one).
 Nothing `PRELOAD` imports asks CUDA anything (tests/service/jobs/test_forked.py checks it), and
 PyTorch asks NVML instead of the CUDA driver whether a device exists
 (PYTORCH_NVML_BASED_CUDA_CHECK), so the training process is the first to initialise its
@@ -175,6 +175,20 @@ def _main_to_multiprocessing() -> None:
     key = process.AuthenticationString(os.urandom(32))
     current_process()._config = {"authkey": key, "semprefix": "/mp"}  # type: ignore[attr-defined]
     process._children = set()  # type: ignore[attr-defined]
+    _no_forkserver()
+
+
+def _no_forkserver() -> None:
+    """Forget a forkserver the parent started: it is no child of this process (the standard
+    library's check that it still runs, a wait, fails) and it forks with the parent's
+    environment. This process starts its own when it first needs one."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # type: ignore[attr-defined]
+    if server._forkserver_alive_fd is not None:  # the parent's server exits when it does
+        with contextlib.suppress(OSError):
+            os.close(server._forkserver_alive_fd)
+    server.__init__()  # no server, no preload, and a lock no thread of the parent holds
 
 
 def _forget_parent_connections() -> None:

@@ -10,6 +10,7 @@ import atexit
 import io
 import json
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import subprocess
@@ -101,6 +102,9 @@ def test_a_forked_child_has_its_own_group_connections_and_handlers(
         parent_exit.write_text(str(os.getpid()))
 
     atexit.register(parents_exit_function)
+    # The parent has a forkserver of its own running (the child cannot wait for it, nor may
+    # its ranks be started with the parent's environment).
+    multiprocessing.forkserver.ensure_running()
     read, write = os.pipe()
     try:
         child = forked.start(
