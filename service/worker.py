@@ -40,6 +40,8 @@ def make_celery(settings: Settings) -> Celery:
             # kombu's default is ./control, in whatever directory the process started from
             "control_folder": str(folder / "control"),
             "store_processed": False,
+            # how often a worker lists the queue folder: a job starts within this
+            "polling_interval": 0.5,
         }
     app.conf.update(
         broker_transport_options=transport_options,

@@ -14,6 +14,9 @@ kombu also keeps the transport's bindings in one state per process, whatever the
 second broker folder used in the same process (a test beside an embedded service, a tool
 that enqueues into two) found its queue "already bound", wrote no binding into its own
 folder, and its messages were dropped as undeliverable. Here the state is one per folder.
+
+A wait for messages returns after one polling interval (`Transport.drain_events`), so that a
+worker stops as soon as it is asked.
 """
 
 from __future__ import annotations
@@ -53,3 +56,14 @@ class Transport(filesystem.Transport):
         super().__init__(client, **kwargs)
         folder = os.path.abspath(client.transport_options.get("control_folder", "control"))
         self.state = self._states.setdefault(folder, virtual.BrokerState())
+
+    def drain_events(self, connection: Any, timeout: float | None = None) -> None:
+        """Wait for a message at most one polling interval (`socket.timeout` after it).
+
+        Celery's loop for a transport without asynchronous I/O (this one) looks whether the
+        worker should stop only between calls, and asks each to wait 2 s: an idle embedded
+        worker took that long to begin stopping after SIGTERM. A caller with a longer timeout
+        calls again, as Celery's loop does."""
+        if timeout is not None:
+            timeout = min(timeout, self.polling_interval)
+        super().drain_events(connection, timeout)

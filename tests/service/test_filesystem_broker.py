@@ -71,3 +71,14 @@ def test_two_broker_folders_in_one_process_each_get_their_messages(tmp_path: Pat
             queue.put({"broker": name})
         with app.connection_for_read() as conn, conn.SimpleQueue("gpu") as queue:
             assert queue.get(timeout=5).payload == {"broker": name}
+
+
+def test_a_wait_for_messages_ends_after_one_polling_interval(tmp_path: Path) -> None:
+    """Celery's loop for this transport looks whether the worker should stop only between
+    waits: a wait of its 2 s (here 10 s) kept an idle embedded worker from stopping."""
+    app = make_celery(Settings(data_dir=tmp_path, broker_url=None))
+    with app.connection_for_read() as conn, conn.SimpleQueue("gpu"):  # a consumer of "gpu"
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            conn.drain_events(timeout=10)
+        assert time.monotonic() - started < 3  # the interval is 0.5 s
