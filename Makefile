@@ -34,7 +34,6 @@ services:
 # services once); most of a test's time is waiting on other processes, so 2 pay on 2 cores.
 # Files start in the order tests/conftest.py collects them (the longest directories first), not
 # xdist's default of the files with the most tests first.
-# Tests marked `alone` restart a service the others share (PostgreSQL): they run afterwards.
 TEST_WORKERS ?= 2
 # One intra-op thread per process: the test processes and the servers, workers and training
 # processes they start share the cores, and the tiny models' ops are too small to split (an
@@ -42,8 +41,7 @@ TEST_WORKERS ?= 2
 TEST_ENV := OMP_NUM_THREADS=1
 
 test: venv services
-	$(TEST_ENV) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone" tests
-	$(TEST_ENV) $(BIN)/python -m pytest -q -m alone tests
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 lint: venv
 	$(BIN)/ruff check service workers tests bench migrations

@@ -1,15 +1,20 @@
 """A production-mode cluster of our own for fault injection: a private Redis server, a fresh
-PostgreSQL database, S3 on moto, one API and several workers with short leases."""
+PostgreSQL database (or a PostgreSQL server of its own), S3 on moto, one API and several
+workers with short leases."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -53,6 +58,46 @@ class PrivateRedis:
 
 
 @dataclass
+class PrivatePostgres:
+    """A PostgreSQL server of its own (a fresh `initdb`, trust on 127.0.0.1), for a test that
+    restarts its database server while the other tests go on using the shared one."""
+
+    port: int
+    folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="grpo-pg-")))
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root: the postgres user runs it
+            shutil.chown(self.folder, "postgres")
+        self._as_owner("initdb", "-D", str(self.folder / "data"), "-U", "postgres",
+                       "--auth=trust", "--no-sync")  # fmt: skip
+        self._pg_ctl("start")
+
+    def restart(self) -> None:
+        self._pg_ctl("restart", "-m", "fast")
+
+    def stop(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._pg_ctl("stop", "-m", "immediate")
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _pg_ctl(self, action: str, *extra: str) -> None:
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.folder} -c fsync=off"
+        self._as_owner("pg_ctl", action, "-D", str(self.folder / "data"), "-w",
+                       "-l", str(self.folder / "server.log"), "-o", options, *extra)  # fmt: skip
+
+    def _as_owner(self, program: str, *args: str) -> None:
+        # Debian keeps the server's programs off PATH, under its version's folder.
+        debian = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{program}"))
+        found = shutil.which(program) or str(debian[-1])
+        owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*owner, found, *args], check=True, capture_output=True, timeout=60)
+
+
+@dataclass
 class Cluster:
     svc: RunningService
     redis: PrivateRedis
@@ -71,19 +116,22 @@ def run_cluster(
     model: Path | None = None,
     worker_queue: str = "gpu",
     worker_args: tuple[str, ...] = (),
+    database_url: str | None = None,
 ) -> Iterator[Cluster]:
+    """`database_url`: a database of the caller's (by default a fresh one on the shared server)."""
     from tests.e2e.conftest import PG, _psql
 
     work.mkdir(parents=True, exist_ok=True)
     db = f"grpo_chaos_{secrets.token_hex(4)}"
-    _psql(f"CREATE DATABASE {db}")
+    if database_url is None:
+        _psql(f"CREATE DATABASE {db}")
     redis = PrivateRedis(free_port())
     redis.start()
     port = free_port()
     env = {
         **__import__("os").environ,
         "GRPO_DATA_DIR": str(work / "data"),
-        "GRPO_DATABASE_URL": f"{PG}/{db}",
+        "GRPO_DATABASE_URL": database_url or f"{PG}/{db}",
         "GRPO_BROKER_URL": f"redis://127.0.0.1:{redis.port}/0",
         "GRPO_STORAGE_URL": f"s3://chaos-{secrets.token_hex(4)}",
         "GRPO_S3_ENDPOINT_URL": s3_endpoint,
@@ -108,4 +156,5 @@ def run_cluster(
     finally:
         stop_all(svc.procs)
         redis.kill()
-        _psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        if database_url is None:
+            _psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")

@@ -12,10 +12,11 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import make_url
 
-from tests.e2e.cluster import Cluster, run_cluster
+from tests.e2e.cluster import Cluster, PrivatePostgres, run_cluster
 from tests.e2e.freezing import frozen
-from tests.e2e.services import TINY
+from tests.e2e.services import TINY, free_port
 from tests.e2e.test_training_flow import submit_digit_job, wait_final
 
 LONG_JOB = {
@@ -56,9 +57,10 @@ def trainer_pid(client: httpx.Client, job_id: str, epoch: int) -> int:
 
 def metric_rows(cluster: Cluster, job_id: str) -> list[tuple[int, int]]:
     """(step, epoch) of every stored metric row, read straight from PostgreSQL."""
-    db = cluster.svc.env["GRPO_DATABASE_URL"].rsplit("/", 1)[1]
+    url = make_url(cluster.svc.env["GRPO_DATABASE_URL"])
     out = subprocess.run(
-        ["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", db, "-tAc",
+        ["psql", "-h", "127.0.0.1", "-p", str(url.port or 5432), "-U", "postgres",
+         "-d", str(url.database), "-tAc",
          f"SELECT step, epoch FROM job_metrics WHERE job_id = '{job_id}' ORDER BY step"],
         check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
@@ -181,19 +183,25 @@ def test_sigterm_hands_the_job_over_without_losing_a_step(
     assert [step for step, _ in metric_rows(cluster, job["id"])] == list(range(1, 13))
 
 
-@pytest.mark.alone  # restarts the PostgreSQL every other test uses
-def test_survives_a_postgresql_restart(cluster: Cluster, tiny_model_dir: Path) -> None:
-    client = cluster.client("pg-restart")
-    job = submit_digit_job(client, TINY, **LONG_JOB)
-    wait_for(lambda: started(client, job["id"], 2), "step 2")
-    version = sorted(os.listdir("/etc/postgresql"))[-1]
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True
-    )
-    started_at = time.monotonic()
-    r = httpx.get(f"{cluster.svc.base_url}/readyz", timeout=30)  # answers; never hangs
-    assert r.status_code in (200, 503) and time.monotonic() - started_at < 30
-    wait_for(lambda: httpx.get(f"{cluster.svc.base_url}/readyz").status_code == 200, "readyz")
-    final = wait_final(client, job["id"], timeout=240)
-    assert final["status"] == "succeeded", cluster.svc.logs()
-    assert [step for step, _ in metric_rows(cluster, job["id"])] == list(range(1, 13))
+def test_survives_a_postgresql_restart(
+    tmp_path: Path, moto_server: str, tiny_model_dir: Path
+) -> None:
+    """On a PostgreSQL server of its own: the other tests go on using the shared one."""
+    postgres = PrivatePostgres(free_port())
+    postgres.start()
+    try:
+        with run_cluster(tmp_path / "cluster", moto_server, model=tiny_model_dir,
+                         database_url=postgres.url) as cluster:  # fmt: skip
+            client = cluster.client("pg-restart")
+            job = submit_digit_job(client, TINY, **LONG_JOB)
+            wait_for(lambda: started(client, job["id"], 2), "step 2")
+            postgres.restart()
+            started_at = time.monotonic()
+            r = httpx.get(f"{cluster.svc.base_url}/readyz", timeout=30)  # answers; never hangs
+            assert r.status_code in (200, 503) and time.monotonic() - started_at < 30
+            wait_for(lambda: httpx.get(f"{cluster.svc.base_url}/readyz").is_success, "readyz")
+            final = wait_final(client, job["id"], timeout=240)
+            assert final["status"] == "succeeded", cluster.svc.logs()
+            assert [step for step, _ in metric_rows(cluster, job["id"])] == list(range(1, 13))
+    finally:
+        postgres.stop()
