@@ -54,7 +54,9 @@ def _free_port() -> int:
 
 def _start_service(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
     log = (ROOT / "service.log").open("wb")
-    proc = subprocess.Popen([*CLI, "up", "--port", str(port)], env=env, stdout=log, stderr=log)
+    # The API and a worker: the demo asks nothing of the inference server or the Tinker worker.
+    up = [*CLI, "up", "--port", str(port), "--no-serve", "--no-tinker"]
+    proc = subprocess.Popen(up, env=env, stdout=log, stderr=log)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
