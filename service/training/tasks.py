@@ -51,7 +51,8 @@ def _exit_without_teardown(sender: WorkController, **_kwargs: object) -> None:
     as the interpreter would, its exit functions run, short of unloading every module the
     preload imported (torch: ~1.3 s of each worker's stop)."""
     atexit._run_exitfuncs()
-    exit_now(sender.exitcode or 0)
+    code = sender.exitcode  # what Celery exits with: SystemExit's rule for anything not an int
+    exit_now(code if isinstance(code, int) else 0 if code is None else 1)
 
 
 @worker_process_init.connect
