@@ -66,6 +66,12 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
 
 
+def exit_status(code: object) -> int:
+    """The status an interpreter exits with for `SystemExit(code)`: an int as it is, None 0,
+    anything else 1."""
+    return code if isinstance(code, int) else 0 if code is None else 1
+
+
 def exit_now(code: int) -> None:
     """End this process once its outcome is committed and what it opened is closed: logs and
     standard streams flushed, without the interpreter's teardown (in a process that loaded

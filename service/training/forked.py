@@ -37,6 +37,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from service.process_group import exit_status
+
 # What a training process imports before its first step (the engine, the model code shared
 # by transformers' architectures, the run's storage, scorers and trackers' glue).
 PRELOAD = (
@@ -114,8 +116,7 @@ def start(
         except BaseException:  # noqa: BLE001 (reported as an interpreter would)
             traceback.print_exc()
         finally:
-            # Never back into the parent's code: any status that is no int is 1 (None, 0).
-            os._exit(0 if code is None else code if isinstance(code, int) else 1)
+            os._exit(exit_status(code))  # never back into the parent's code
     # Also here, as a shell does: a kill of the group must not find it missing yet.
     with contextlib.suppress(OSError):
         os.setpgid(pid, pid)

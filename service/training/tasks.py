@@ -23,7 +23,7 @@ from celery.signals import (
 from celery.worker import WorkController
 
 from service.core.db import end_idle_transactions_after
-from service.process_group import exit_now
+from service.process_group import exit_now, exit_status
 from service.settings import get_settings
 from service.training import evaluation_run, forked, preflight_run
 from service.training.watchdog import supervise_job
@@ -51,8 +51,7 @@ def _exit_without_teardown(sender: WorkController, **_kwargs: object) -> None:
     as the interpreter would, its exit functions run, short of unloading every module the
     preload imported (torch: ~1.3 s of each worker's stop)."""
     atexit._run_exitfuncs()
-    code = sender.exitcode  # what Celery exits with: SystemExit's rule for anything not an int
-    exit_now(code if isinstance(code, int) else 0 if code is None else 1)
+    exit_now(exit_status(sender.exitcode))  # the status Celery would exit with
 
 
 @worker_process_init.connect
