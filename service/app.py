@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 from fastapi import FastAPI
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth.ratelimit import RateLimitHeaders
 from service.catalog.router import router as models_router
@@ -32,7 +33,7 @@ from service.preflight.router import router as preflight_router
 from service.rollouts.dataset_router import router as rollouts_datasets_router
 from service.rollouts.router import router as rollouts_router
 from service.secrets.router import router as secrets_router
-from service.settings import Settings, get_settings
+from service.settings import Settings, get_settings, settings_in_force
 from service.storage import open_storage_from_settings
 from service.tensorboard.router import router as tensorboard_router
 from service.tinker.router import router as tinker_router
@@ -53,7 +54,21 @@ its JSON path. Creating POSTs accept an `Idempotency-Key` header (the same key a
 """
 
 
+class SettingsInForce:
+    """Puts the app's settings in force (`service.settings.get_settings`) for everything it runs:
+    its lifespan, its requests, and the threads and tasks they hand work to."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with settings_in_force(self.settings):
+            await self.app(scope, receive, send)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
+    """The API with `settings` (by default the process's, from its environment)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -113,6 +128,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(RateLimitHeaders)
     app.add_middleware(MetricsMiddleware)
-    app.add_middleware(UnhandledErrors)  # last added: outermost of ours
+    app.add_middleware(UnhandledErrors)
+    app.add_middleware(SettingsInForce, settings=settings)  # last added: outermost of ours
     register_collectors()
     return app

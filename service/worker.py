@@ -10,7 +10,7 @@ prefetch one message at a time, and a worker trains one job per GPU (`-c 1`).
 
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
 
 from celery import Celery
 
@@ -58,9 +58,26 @@ def make_celery(settings: Settings) -> Celery:
     return app
 
 
-@lru_cache
 def get_celery() -> Celery:
-    return make_celery(get_settings())
+    """The Celery app of the broker in force: one per broker URL, as the engines are one per
+    database (`service.core.db.get_engine`)."""
+    settings = get_settings()
+    # The embedded broker's URL is the same for every data folder: its folder tells them apart.
+    broker = settings.broker_url or f"filesystem:{settings.broker_folder}"
+    app = _celery_apps.get(broker)
+    if app is None:
+        with _celery_apps_lock:
+            app = _celery_apps.get(broker) or _celery_apps.setdefault(broker, make_celery(settings))
+    return app
+
+
+_celery_apps: dict[str, Celery] = {}
+_celery_apps_lock = threading.Lock()
+
+
+def forget_celery_apps() -> None:
+    """Drop the process's Celery apps (a forked child makes its own connections)."""
+    _celery_apps.clear()
 
 
 def celery_queue(queue: str, devices: int = 1) -> str:

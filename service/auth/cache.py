@@ -16,9 +16,16 @@ from fastapi.concurrency import run_in_threadpool
 
 from service.auth.service import KeyIdentity, authenticate, hash_key
 from service.core.db import session_scope
+from service.settings import get_settings
 
-# digest -> (expires at, identity), least recently used first
-_entries: OrderedDict[str, tuple[float, KeyIdentity]] = OrderedDict()
+# (database, digest) -> (expires at, identity), least recently used first. The database is part
+# of the entry's name because a process may host apps of different databases
+# (`service.settings.settings_in_force`): a key is one database's.
+_entries: OrderedDict[tuple[str, str], tuple[float, KeyIdentity]] = OrderedDict()
+
+
+def _entry(secret: str) -> tuple[str, str]:
+    return get_settings().effective_database_url, hash_key(secret)
 
 
 def _lookup(secret: str) -> KeyIdentity | None:
@@ -30,14 +37,14 @@ def cached_key(secret: str, ttl_s: float) -> KeyIdentity | None:
     """The key's identity if a fresh lookup of it is cached, else None (look it up)."""
     if ttl_s <= 0:
         return None
-    digest = hash_key(secret)
-    hit = _entries.get(digest)
+    entry = _entry(secret)
+    hit = _entries.get(entry)
     if hit is None:
         return None
     if hit[0] <= time.monotonic():
-        del _entries[digest]
+        del _entries[entry]
         return None
-    _entries.move_to_end(digest)
+    _entries.move_to_end(entry)
     return hit[1]
 
 
@@ -45,9 +52,9 @@ async def lookup(secret: str, ttl_s: float, max_entries: int) -> KeyIdentity | N
     """Look the key up in the database (None: unknown or revoked); cache it if valid."""
     identity = await run_in_threadpool(_lookup, secret)
     if identity is not None and ttl_s > 0:
-        digest = hash_key(secret)
-        _entries[digest] = (time.monotonic() + ttl_s, identity)
-        _entries.move_to_end(digest)
+        entry = _entry(secret)
+        _entries[entry] = (time.monotonic() + ttl_s, identity)
+        _entries.move_to_end(entry)
         while len(_entries) > max_entries:
             _entries.popitem(last=False)
     return identity

@@ -4,6 +4,7 @@ dependency, the worker's task wrapper), services only flush."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -70,14 +71,43 @@ def end_idle_transactions_after(seconds: float) -> None:
     os.environ["PGOPTIONS"] = f"{os.environ.get('PGOPTIONS', '')} {option}".strip()
 
 
-@lru_cache
 def get_engine() -> Engine:
-    return make_engine(get_settings().effective_database_url)
+    """The process's engine for the database of the settings in force."""
+    return _engine(get_settings().effective_database_url)
+
+
+def get_sessionmaker() -> sessionmaker[Session]:
+    return _sessionmaker(get_engine())
+
+
+# One engine per database URL rather than per process: a process may host apps of different
+# settings (`service.settings.settings_in_force`).
+_engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def _engine(url: str) -> Engine:
+    engine = _engines.get(url)
+    if engine is None:
+        with _engines_lock:
+            engine = _engines.get(url) or _engines.setdefault(url, make_engine(url))
+    return engine
 
 
 @lru_cache
-def get_sessionmaker() -> sessionmaker[Session]:
-    return sessionmaker(get_engine(), expire_on_commit=False)
+def _sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def forget_engines(*, close: bool) -> None:
+    """Drop the process's engines; the next `get_engine` makes a new one. A forked child passes
+    `close=False`: the connections it inherited are its parent's to close."""
+    with _engines_lock:
+        engines = list(_engines.values())
+        _engines.clear()
+    _sessionmaker.cache_clear()
+    for engine in engines:
+        engine.dispose(close=close)
 
 
 @contextmanager

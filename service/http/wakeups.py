@@ -11,6 +11,7 @@ than inside each one. A message still waiting when the process ends is sent by t
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import queue
 import threading
@@ -21,6 +22,7 @@ from service.worker import enqueue_training
 log = logging.getLogger(__name__)
 
 Publish = Callable[[str, str, int], None]  # (job id, queue, devices)
+_WakeUp = tuple[contextvars.Context, str, str, int]
 
 
 class WakeUps:
@@ -29,14 +31,13 @@ class WakeUps:
 
     def __init__(self, publish: Publish) -> None:
         self._publish = publish
-        self._pending: queue.SimpleQueue[tuple[str, str, int] | threading.Event] = (
-            queue.SimpleQueue()
-        )
+        self._pending: queue.SimpleQueue[_WakeUp | threading.Event] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def send(self, job_id: str, queue_name: str, devices: int = 1) -> None:
-        self._pending.put((job_id, queue_name, devices))
+        # Published in the sender's context: with the settings (the broker) of its app.
+        self._pending.put((contextvars.copy_context(), job_id, queue_name, devices))
         self._ensure_thread()
 
     def drain(self, timeout_s: float) -> bool:
@@ -62,9 +63,9 @@ class WakeUps:
             if isinstance(item, threading.Event):
                 item.set()
                 continue
-            job_id, queue_name, devices = item
+            context, job_id, queue_name, devices = item
             try:
-                self._publish(job_id, queue_name, devices)
+                context.run(self._publish, job_id, queue_name, devices)
             except Exception:
                 log.warning(
                     "could not enqueue job %s; the reconciler will retry", job_id, exc_info=True

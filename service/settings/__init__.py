@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from service.settings.trackers import TrackerSettings
 from service.settings.webhooks import WebhookSettings
 from service.settings.workers import QueueSettings, WorkerSettings
 
-__all__ = ["QueueSettings", "Settings", "get_settings"]
+__all__ = ["QueueSettings", "Settings", "environment_settings", "get_settings", "settings_in_force"]
 
 
 # Every GRPO_* environment variable (docs/configuration.md). A comment, not a docstring: a
@@ -48,6 +51,28 @@ class Settings(
         return (self.tracker_dir or self.data_dir / "trackers").expanduser().resolve()
 
 
-@lru_cache
+_in_force: ContextVar[Settings | None] = ContextVar("grpo_settings_in_force", default=None)
+
+
 def get_settings() -> Settings:
+    """The settings in force: an application's own while it runs (`settings_in_force`, which
+    `service.app.create_app` puts around everything the app runs), else the process's."""
+    return _in_force.get() or environment_settings()
+
+
+@lru_cache
+def environment_settings() -> Settings:
+    """The process's settings, read once from its GRPO_* environment."""
     return Settings()
+
+
+@contextmanager
+def settings_in_force(settings: Settings) -> Iterator[None]:
+    """`settings` for `get_settings` in this context and in the threads and tasks it starts
+    (context variables follow them), so that one process can host apps of different settings
+    (the API tests host a SQLite and a PostgreSQL app in one process)."""
+    token = _in_force.set(settings)
+    try:
+        yield
+    finally:
+        _in_force.reset(token)

@@ -193,9 +193,8 @@ def _no_forkserver() -> None:
 
 
 def _forget_parent_connections() -> None:
-    from service.core.db import get_engine
-    from service.worker import get_celery
+    from service.core.db import forget_engines
+    from service.worker import forget_celery_apps
 
-    if get_engine.cache_info().currsize:
-        get_engine().dispose(close=False)
-    get_celery.cache_clear()
+    forget_engines(close=False)
+    forget_celery_apps()

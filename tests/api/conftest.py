@@ -8,7 +8,7 @@ import httpx
 import pytest
 import redis
 
-from tests.api.server import run_api
+from tests.api.server import run_api, serve_in_process
 from tests.e2e.conftest import PG, _psql
 from tests.e2e.services import RunningService
 from tests.redis_db import API
@@ -17,8 +17,18 @@ from tests.redis_db import redis_db as redis_db_for
 
 @pytest.fixture(scope="session")
 def api(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[RunningService]:
-    """The API alone on SQLite and local storage, with small limits."""
-    with run_api({}, tmp_path_factory.mktemp("api-sqlite"), tiny_model_dir) as svc:
+    """The API alone on SQLite and local storage, with small limits, served in this process."""
+    with serve_in_process({}, tmp_path_factory.mktemp("api-sqlite"), tiny_model_dir) as svc:
+        yield svc
+
+
+@pytest.fixture(scope="session")
+def api_http(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
+) -> Iterator[RunningService]:
+    """As `api`, as a real server process (uvicorn): for the official SDKs, a browser, and what
+    only a server shows (streams, timeouts, connections)."""
+    with run_api({}, tmp_path_factory.mktemp("api-http"), tiny_model_dir) as svc:
         yield svc
 
 
@@ -27,7 +37,7 @@ def api_pg(
     tmp_path_factory: pytest.TempPathFactory, moto_server: str, tiny_model_dir: Path
 ) -> Iterator[RunningService]:
     """The API alone on PostgreSQL (a fresh database), Redis and S3 (moto), downloads
-    answered with a presigned redirect."""
+    answered with a presigned redirect, served in this process."""
     db = f"grpo_api_{secrets.token_hex(4)}"
     _psql(f"CREATE DATABASE {db}")
     redis_db = redis_db_for(API)
@@ -44,7 +54,7 @@ def api_pg(
         "GRPO_DOWNLOAD_REDIRECT": "true",
     }
     try:
-        with run_api(env, tmp_path_factory.mktemp("api-pg"), tiny_model_dir) as svc:
+        with serve_in_process(env, tmp_path_factory.mktemp("api-pg"), tiny_model_dir) as svc:
             yield svc
     finally:
         _psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
@@ -59,12 +69,22 @@ CHAT_MODEL = "tiny-chat"
 
 
 @pytest.fixture(scope="session")
-def chat_model(api: RunningService, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The tiny model with a chat template, in `api`'s catalog: OpenAI's fine-tuning files hold
-    chat messages (tests/api/test_fine_tuning.py, test_tenancy.py)."""
+def chat_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from workers.grpo.tiny_model import make_tiny_model
 
-    api.add_model(CHAT_MODEL, make_tiny_model(tmp_path_factory.mktemp("chat"), chat_template=True))
+    return make_tiny_model(tmp_path_factory.mktemp("chat"), chat_template=True)
+
+
+@pytest.fixture
+def chat_model(api: RunningService, chat_model_dir: Path) -> str:
+    """The tiny model with a chat template, in the catalog of the test's `api`: OpenAI's
+    fine-tuning files hold chat messages (tests/api/test_fine_tuning.py, test_tenancy.py)."""
+    from service.catalog.service import find_model
+
+    with api.session() as session:
+        registered = find_model(session, CHAT_MODEL) is not None
+    if not registered:
+        api.add_model(CHAT_MODEL, chat_model_dir)
     return CHAT_MODEL
 
 

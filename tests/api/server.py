@@ -1,5 +1,7 @@
-"""A real API process (uvicorn, no worker) for the API tests, and helpers that reach into its
-database and storage the way a worker would (to seed a checkpoint)."""
+"""The API for the API tests, with no worker: served in this process (the rule tests: the app on
+a real database and storage, called through httpx with Starlette's ASGI test transport) or as a
+real process (uvicorn: the tests of what only a server shows, and the official SDKs); and
+helpers that reach into its database and storage the way a worker would (to seed a checkpoint)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Self
+
+import httpx
+from anyio.from_thread import BlockingPortal
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
 from service.http.http_limits import uvicorn_options
 from service.settings import Settings
@@ -44,12 +53,69 @@ LIMITS["GRPO_QUEUES"] = json.dumps(
 )  # fmt: skip
 
 
+def _env(env_extra: dict[str, str], work: Path) -> dict[str, str]:
+    return {**os.environ, "GRPO_DATA_DIR": str(work / "data"), **LIMITS, **env_extra}
+
+
+@dataclass
+class InProcessService(RunningService):
+    """The app served in this process; `client` calls it as an HTTP client would, without a
+    socket. Its settings are its own (`create_app(settings)`), not this process's."""
+
+    app: FastAPI | None = None
+    portal: BlockingPortal | None = None
+
+    def client(self, key: str | None) -> httpx.Client:
+        assert self.app is not None and self.portal is not None, "not started"
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return AppClient(self.app, self.portal, base_url=self.base_url, headers=headers)
+
+
+class AppClient(TestClient):
+    """A client of an app already started (its lifespan run, its event loop on `portal`), as
+    one over HTTP behaves: no redirect followed, a server error answered, not raised."""
+
+    def __init__(self, app: FastAPI, portal: BlockingPortal, **kwargs: Any) -> None:
+        super().__init__(
+            app,
+            raise_server_exceptions=False,
+            follow_redirects=False,
+            client=("127.0.0.1", 50000),
+            **kwargs,
+        )
+        self.portal = portal  # the requests run on the started app's event loop
+
+    def __enter__(self) -> Self:  # the app is started once, by `serve_in_process`
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+@contextmanager
+def serve_in_process(
+    env_extra: dict[str, str], work: Path, model: Path | None = None
+) -> Iterator[InProcessService]:
+    """The app in this process, on the database and storage its settings name; `model` as in
+    `run_api`."""
+    from service.app import create_app
+
+    svc = InProcessService(base_url="http://api.test", env=_env(env_extra, work), log_dir=work)
+    svc.migrate()
+    if model is not None:
+        svc.add_model(TINY, model)
+    app = create_app(svc.settings())
+    with TestClient(app, base_url=svc.base_url) as started:  # runs the app's lifespan
+        svc.app, svc.portal = app, started.portal
+        yield svc
+
+
 @contextmanager
 def run_api(
     env_extra: dict[str, str], work: Path, model: Path | None = None
 ) -> Iterator[RunningService]:
     """The API alone; `model`, when given, is in its catalog as `tiny` (tests.e2e.services.TINY)."""
-    env = {**os.environ, "GRPO_DATA_DIR": str(work / "data"), **LIMITS, **env_extra}
+    env = _env(env_extra, work)
     port = free_port()
     svc = RunningService(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=work)
     svc.migrate()

@@ -10,13 +10,21 @@ import re
 from pathlib import Path
 
 import httpx
+import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.api.server import run_api
+from tests.api.server import serve_in_process
 from tests.e2e.services import RunningService
 from tests.ui.browser import browser, console_errors  # noqa: F401  (a fixture)
+
+
+@pytest.fixture(scope="module")
+def api(api_http: RunningService) -> RunningService:
+    """A browser loads the docs: this module runs against the server process."""
+    return api_http
+
 
 TYPES = {".js": "text/javascript", ".css": "text/css", ".png": "image/png"}
 
@@ -59,7 +67,8 @@ def test_docs_render_in_a_browser_with_no_error(
 
 
 def test_docs_can_be_turned_off(tmp_path: Path) -> None:
-    with run_api({"GRPO_DOCS_ENABLED": "false"}, tmp_path) as svc:
-        assert httpx.get(f"{svc.base_url}/docs").status_code == 404
-        assert httpx.get(f"{svc.base_url}/docs/assets/start.js").status_code == 404
-        assert httpx.get(f"{svc.base_url}/openapi.json").status_code == 200
+    with serve_in_process({"GRPO_DOCS_ENABLED": "false"}, tmp_path) as svc:
+        client = svc.client(None)
+        assert client.get("/docs").status_code == 404
+        assert client.get("/docs/assets/start.js").status_code == 404
+        assert client.get("/openapi.json").status_code == 200

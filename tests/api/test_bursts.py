@@ -18,6 +18,13 @@ from tests.api.helpers import make_dataset, make_job, make_verifier
 from tests.api.server import run_api
 from tests.e2e.services import RunningService
 
+
+@pytest.fixture(scope="module")
+def api(api_http: RunningService) -> RunningService:
+    """Bursts of connections: this module runs against the server process."""
+    return api_http
+
+
 # One connection and a one-millisecond wait for it: overlapping requests exhaust the pool.
 TINY_POOL = {
     "GRPO_DB_POOL_SIZE": "1",

@@ -13,6 +13,7 @@ from service.core.db import make_engine
 from service.core.ids import new_id
 from service.models import Checkpoint
 from service.storage import LocalStorage, open_storage_from_settings
+from tests.api.conftest import tenant_client
 from tests.api.helpers import make_dataset, make_job, make_verifier, problem
 from tests.api.server import settings_of
 from tests.e2e.services import RunningService
@@ -83,7 +84,8 @@ def _rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-def test_big_download_streams_in_flat_memory(api: RunningService, client: httpx.Client) -> None:
+def test_big_download_streams_in_flat_memory(api_http: RunningService) -> None:
+    api, client = api_http, tenant_client(api_http)  # the memory measured is the server's
     size = 768 << 20
     job_id, _ = seed_checkpoint(api, client, size)
     pid = api.procs[0].pid

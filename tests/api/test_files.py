@@ -17,6 +17,12 @@ from openai import OpenAI
 from tests.e2e.services import RunningService
 
 
+@pytest.fixture(scope="module")
+def api(api_http: RunningService) -> RunningService:
+    """The official SDK speaks HTTP: this module runs against the server process."""
+    return api_http
+
+
 def rft_lines(n: int, start: int = 0) -> list[dict[str, Any]]:
     return [
         {

@@ -24,6 +24,13 @@ from tests.api.server import LIMITS, settings_of
 from tests.api.test_files import rft_lines, upload
 from tests.e2e.services import RunningService
 
+
+@pytest.fixture(scope="module")
+def api(api_http: RunningService) -> RunningService:
+    """The official SDK speaks HTTP: this module runs against the server process."""
+    return api_http
+
+
 STRING_CHECK = {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
                 "reference": "{{item.answer}}", "operation": "eq"}  # fmt: skip
 

@@ -17,6 +17,13 @@ from openai import OpenAI
 from tests.api.conftest import tenant_client
 from tests.e2e.services import RunningService
 
+
+@pytest.fixture(scope="module")
+def api(api_http: RunningService) -> RunningService:
+    """The official SDK speaks HTTP: this module runs against the server process."""
+    return api_http
+
+
 STRING_CHECK = {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
                 "reference": "{{item.answer}}", "operation": "eq"}  # fmt: skip
 FUZZY = {"type": "text_similarity", "name": "fuzzy", "input": "{{sample.output_text}}",

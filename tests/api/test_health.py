@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import httpx
-
 from tests.api.helpers import make_dataset, make_job, make_verifier
 from tests.api.server import METRICS_TOKEN
 from tests.e2e.services import RunningService
 
 
 def test_readyz_reports_each_dependency(any_api: RunningService) -> None:
-    r = httpx.get(f"{any_api.base_url}/readyz")
+    r = any_api.client(None).get("/readyz")
     assert r.status_code == 200
     assert r.json()["checks"] == {"database": "ok", "broker": "ok", "storage": "ok"}
     assert r.json()["verifier_sandbox"] == "bubblewrap"  # CI installs bubblewrap
     assert "cgroup" in r.json()["verifier_sandbox_memory"]  # which one holds it, or why none
-    assert httpx.get(f"{any_api.base_url}/healthz").json() == {"status": "ok"}
+    assert any_api.client(None).get("/healthz").json() == {"status": "ok"}
 
 
 def test_metrics_by_route_jobs_by_status_and_queue_depth(
@@ -26,7 +24,7 @@ def test_metrics_by_route_jobs_by_status_and_queue_depth(
     job = make_job(client, make_dataset(client))
     client.get(f"/v1/jobs/{job['id']}")
     operator = {"Authorization": f"Bearer {METRICS_TOKEN}"}
-    text = httpx.get(f"{any_api.base_url}/metrics", headers=operator).text
+    text = any_api.client(None).get("/metrics", headers=operator).text
     assert 'grpo_http_requests_total{method="GET",route="/v1/jobs/{job_id}",status="200"}' in text
     assert (
         'grpo_http_request_seconds_bucket{le="0.05",method="GET",route="/v1/jobs/{job_id}"}' in text

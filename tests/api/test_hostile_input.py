@@ -45,17 +45,30 @@ def _requests(ds: str) -> list[tuple[str, str, dict]]:
     ]  # fmt: skip
 
 
-def test_bad_input_is_a_4xx_problem_on_one_live_connection(any_api: RunningService) -> None:
+def _refused(client: httpx.Client) -> list[httpx.Response]:
+    """Each bad request's answer, checked: a 4xx problem, and nothing stored."""
+    make_verifier(client)
+    ds = make_dataset(client)
+    answers = []
+    for method, url, kwargs in _requests(ds):
+        r = client.request(method, url, **kwargs)
+        assert 400 <= r.status_code < 500, (method, url, r.status_code, r.text)
+        assert r.headers["content-type"] == "application/problem+json", (url, r.text)
+        answers.append(r)
+    assert client.get("/v1/jobs").json()["data"] == []  # nothing was stored
+    return answers
+
+
+def test_bad_input_is_a_4xx_problem(any_api: RunningService) -> None:
     with tenant_client(any_api) as client:
-        make_verifier(client)
-        ds = make_dataset(client)
+        _refused(client)
+
+
+def test_bad_input_leaves_the_connection_usable(api_http: RunningService) -> None:
+    with tenant_client(api_http) as client:
         first = client.get("/v1/jobs")
-        for method, url, kwargs in _requests(ds):
-            r = client.request(method, url, **kwargs)
-            assert 400 <= r.status_code < 500, (method, url, r.status_code, r.text)
-            assert r.headers["content-type"] == "application/problem+json", (url, r.text)
-            assert _connection(r) is _connection(first), (url, "the connection was replaced")
-        assert client.get("/v1/jobs").json()["data"] == []  # nothing was stored
+        for r in _refused(client):
+            assert _connection(r) is _connection(first), (r.url, "the connection was replaced")
 
 
 def test_unstorable_text_is_named_by_its_path(client: httpx.Client) -> None:
@@ -68,9 +81,10 @@ def test_unstorable_text_is_named_by_its_path(client: httpx.Client) -> None:
     ]  # fmt: skip
 
 
-def test_a_500_leaves_the_connection_usable(api: RunningService) -> None:
+def test_a_500_leaves_the_connection_usable(api_http: RunningService) -> None:
     """A storage failure (here: a file where the tenant's folder must go) is a 500 problem, and
     the next request on the same connection is served."""
+    api = api_http
     name = f"t-{secrets.token_hex(4)}"
     with tenant_client(api, name) as client:
         data = Path(api.env["GRPO_DATA_DIR"])

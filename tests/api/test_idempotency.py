@@ -24,7 +24,8 @@ def test_twenty_concurrent_duplicates_create_one_job(any_api: RunningService) ->
     body = job_body(dataset)
 
     def post(_: int) -> httpx.Response:
-        with httpx.Client(base_url=any_api.base_url, headers=headers, timeout=60) as c:
+        with any_api.client(None) as c:
+            c.headers.update(headers)
             return c.post("/v1/jobs", json=body)
 
     with ThreadPoolExecutor(20) as pool:

@@ -15,6 +15,13 @@ from tests.api.server import run_api
 from tests.api.test_models import seed_checkpoint
 from tests.e2e.services import TINY, RunningService, free_port
 
+
+@pytest.fixture(scope="module")
+def api(api_http: RunningService) -> RunningService:
+    """The official SDK speaks HTTP: this module runs against the server process."""
+    return api_http
+
+
 CHAT = [{"role": "user", "content": "hi"}]
 
 

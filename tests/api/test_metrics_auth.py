@@ -7,35 +7,33 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
-
 from tests.api.conftest import tenant_client
 from tests.api.helpers import make_dataset, make_job, make_verifier, problem
-from tests.api.server import IDLE_QUEUE, METRICS_TOKEN, run_api
+from tests.api.server import IDLE_QUEUE, METRICS_TOKEN, serve_in_process
 from tests.e2e.services import RunningService
 
 OPERATOR_ONLY = ("grpo_jobs", "grpo_queue_depth")
 
 
 def test_metrics_need_the_operator_token(any_api: RunningService) -> None:
-    url = f"{any_api.base_url}/metrics"
+    metrics = any_api.client(None)
     client = tenant_client(any_api)
     tenant_key = client.headers["authorization"]
     for headers in ({}, {"Authorization": tenant_key}, {"Authorization": "Bearer wrong"}):
-        r = httpx.get(url, headers=headers)
+        r = metrics.get("/metrics", headers=headers)
         body = problem(r, 401)
         assert r.headers["www-authenticate"].startswith("Bearer")
         assert "GRPO_METRICS_TOKEN" in body["detail"] and IDLE_QUEUE not in r.text
-    r = httpx.get(url, headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+    r = metrics.get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     assert all(name in r.text for name in OPERATOR_ONLY)
 
 
 def test_without_a_token_metrics_hold_no_tenant_activity(tmp_path: Path) -> None:
-    with run_api({"GRPO_METRICS_TOKEN": ""}, tmp_path) as svc:
+    with serve_in_process({"GRPO_METRICS_TOKEN": ""}, tmp_path) as svc:
         client = tenant_client(svc)
         client.get("/v1/jobs")
-        r = httpx.get(f"{svc.base_url}/metrics")
+        r = svc.client(None).get("/metrics")
         assert r.status_code == 200
         assert 'grpo_http_requests_total{method="GET",route="/v1/jobs",status="200"}' in r.text
         lines = [line for line in r.text.splitlines() if not line.startswith("#")]
@@ -47,7 +45,9 @@ def test_the_operator_sees_queued_jobs_by_queue(any_api: RunningService) -> None
     client = tenant_client(any_api)
     make_verifier(client)
     make_job(client, make_dataset(client), queue=IDLE_QUEUE)
-    text = httpx.get(
-        f"{any_api.base_url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
-    ).text
+    text = (
+        any_api.client(None)
+        .get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+        .text
+    )
     assert f'grpo_queue_depth{{queue="{IDLE_QUEUE}"}}' in text

@@ -13,6 +13,13 @@ from openapi_spec_validator import validate
 
 from tests.e2e.services import RunningService
 
+
+@pytest.fixture(scope="module")
+def api(api_http: RunningService) -> RunningService:
+    """Schemathesis calls over HTTP: this module runs against the server process."""
+    return api_http
+
+
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 
 

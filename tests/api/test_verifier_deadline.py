@@ -29,7 +29,7 @@ def _timed_test_with_health(
     def probe() -> None:
         while not done.is_set():
             start = time.monotonic()
-            assert httpx.get(f"{api.base_url}/healthz", timeout=5).status_code == 200
+            assert api.client(None).get("/healthz", timeout=5).status_code == 200
             health.append(time.monotonic() - start)
             time.sleep(0.1)
 

@@ -19,7 +19,7 @@ import redis
 
 from tests.api.conftest import tenant_client
 from tests.api.helpers import job_body, make_dataset, make_verifier
-from tests.api.server import LIMITS, run_api
+from tests.api.server import LIMITS, serve_in_process
 from tests.e2e.services import RunningService
 from tests.e2e.test_faults import wait_for
 from tests.redis_db import API
@@ -90,7 +90,7 @@ def api_behind_a_relay(
         "GRPO_QUEUES": json.dumps(queues),
     }
     try:
-        with run_api(env, tmp_path, tiny_model_dir) as svc:
+        with serve_in_process(env, tmp_path, tiny_model_dir) as svc:
             yield svc, relay
     finally:
         relay.close()

@@ -134,7 +134,8 @@ def test_another_tenants_webhook_looks_missing(api: RunningService) -> None:
     assert owner.get(f"/v1/webhooks/{hook_id}/deliveries").json()["data"] == []
 
 
-def test_the_grpo_cli_manages_webhooks(api: RunningService) -> None:
+def test_the_grpo_cli_manages_webhooks(api_http: RunningService) -> None:
+    api = api_http  # the CLI is a process of its own
     base = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
     env = {**base, "GRPO_URL": api.base_url, "GRPO_API_KEY": api.new_key("cli-hooks")}
     made = json.loads(

@@ -16,7 +16,7 @@ from sqlalchemy import create_engine, text
 
 from tests.api.conftest import tenant_client
 from tests.api.helpers import make_dataset, make_job, make_verifier
-from tests.api.server import IDLE_QUEUE, LIMITS, run_api
+from tests.api.server import IDLE_QUEUE, LIMITS, serve_in_process
 from tests.e2e.services import RunningService, _spawn
 
 SERVED = "served"
@@ -51,7 +51,7 @@ def test_a_live_worker_suppresses_the_warning_until_it_dies(
 ) -> None:
     queues = {**json.loads(LIMITS["GRPO_QUEUES"]), SERVED: {}}
     env = {"GRPO_QUEUES": json.dumps(queues), "GRPO_HEARTBEAT_SECONDS": str(HEARTBEAT_S)}
-    with run_api(env, tmp_path, tiny_model_dir) as svc:
+    with serve_in_process(env, tmp_path, tiny_model_dir) as svc:
         client = tenant_client(svc)
         make_verifier(client)
         dataset = make_dataset(client)

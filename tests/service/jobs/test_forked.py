@@ -23,9 +23,9 @@ import billiard.process
 import pytest
 from sqlalchemy import text
 
-from service.core.db import get_engine, get_sessionmaker, session_scope
+from service.core.db import forget_engines, session_scope
 from service.process_group import kill_tree
-from service.settings import get_settings
+from service.settings import environment_settings
 from service.training import forked
 from tests.service.jobs.conftest import _psql
 
@@ -36,15 +36,13 @@ def pg_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     name = f"grpo_fork_{os.getpid()}"
     _psql(f"CREATE DATABASE {name}")
     monkeypatch.setenv("GRPO_DATABASE_URL", f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}")
-    caches = (get_settings, get_engine, get_sessionmaker)
-    for cache in caches:
-        cache.cache_clear()
+    environment_settings.cache_clear()
+    forget_engines(close=True)
     try:
         yield
     finally:
-        get_engine().dispose()
-        for cache in caches:
-            cache.cache_clear()
+        forget_engines(close=True)
+        environment_settings.cache_clear()
         _psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
