@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
+
 from tests.api.conftest import tenant_client
 from tests.api.helpers import make_dataset, make_job, make_verifier, problem
-from tests.api.server import IDLE_QUEUE, METRICS_TOKEN, serve_in_process
+from tests.api.server import IDLE_QUEUE, METRICS_TOKEN, run_api
 from tests.e2e.services import RunningService
 
 OPERATOR_ONLY = ("grpo_jobs", "grpo_queue_depth")
@@ -30,10 +32,12 @@ def test_metrics_need_the_operator_token(any_api: RunningService) -> None:
 
 
 def test_without_a_token_metrics_hold_no_tenant_activity(tmp_path: Path) -> None:
-    with serve_in_process({"GRPO_METRICS_TOKEN": ""}, tmp_path) as svc:
+    # A server process: what its /metrics shows is all that process holds (the test process
+    # holds the metrics of every module it imported).
+    with run_api({"GRPO_METRICS_TOKEN": ""}, tmp_path) as svc:
         client = tenant_client(svc)
         client.get("/v1/jobs")
-        r = svc.client(None).get("/metrics")
+        r = httpx.get(f"{svc.base_url}/metrics")
         assert r.status_code == 200
         assert 'grpo_http_requests_total{method="GET",route="/v1/jobs",status="200"}' in r.text
         lines = [line for line in r.text.splitlines() if not line.startswith("#")]
