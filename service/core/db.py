@@ -1,5 +1,5 @@
-"""Database engine and sessions. One engine per process; the caller commits (the API's session
-dependency, the worker's task wrapper), services only flush."""
+"""Database engine and sessions. One engine per database in a process; the caller commits (the
+API's session dependency, the worker's task wrapper), services only flush."""
 
 from __future__ import annotations
 
