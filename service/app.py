@@ -12,6 +12,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth.ratelimit import RateLimitHeaders
 from service.catalog.router import router as models_router
+from service.core.db import dispose_engine
 from service.datasets.router import router as datasets_router
 from service.environments.router import router as environments_router
 from service.evaluations.router import router as evaluations_router
@@ -81,6 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         # Wake-ups of jobs committed just before the shutdown: published, or the reconciler's.
         await anyio.to_thread.run_sync(wake_ups.drain, WAKE_UPS_DRAIN_S)
+        dispose_engine(settings.effective_database_url)  # its connections end with it
 
     app = FastAPI(
         title="grpo-service",

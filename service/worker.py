@@ -10,8 +10,6 @@ prefetch one message at a time, and a worker trains one job per GPU (`-c 1`).
 
 from __future__ import annotations
 
-import threading
-
 from celery import Celery
 
 from service.core import filesystem_broker
@@ -65,14 +63,12 @@ def get_celery() -> Celery:
     # The embedded broker's URL is the same for every data folder: its folder tells them apart.
     broker = settings.broker_url or f"filesystem:{settings.broker_folder}"
     app = _celery_apps.get(broker)
-    if app is None:
-        with _celery_apps_lock:
-            app = _celery_apps.get(broker) or _celery_apps.setdefault(broker, make_celery(settings))
+    if app is None:  # two threads may each make one: the first stored is used (no lock: fork)
+        app = _celery_apps.setdefault(broker, make_celery(settings))
     return app
 
 
 _celery_apps: dict[str, Celery] = {}
-_celery_apps_lock = threading.Lock()
 
 
 def forget_celery_apps() -> None:

@@ -4,7 +4,6 @@ API's session dependency, the worker's task wrapper), services only flush."""
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -83,14 +82,14 @@ def get_sessionmaker() -> sessionmaker[Session]:
 # One engine per database URL rather than per process: a process may host apps of different
 # settings (`service.settings.settings_in_force`).
 _engines: dict[str, Engine] = {}
-_engines_lock = threading.Lock()
 
 
 def _engine(url: str) -> Engine:
     engine = _engines.get(url)
     if engine is None:
-        with _engines_lock:
-            engine = _engines.get(url) or _engines.setdefault(url, make_engine(url))
+        # Two threads may each make one: the first stored is used, the other never connected
+        # and holds nothing. No lock, so a forked child never waits on one its parent held.
+        engine = _engines.setdefault(url, make_engine(url))
     return engine
 
 
@@ -102,12 +101,19 @@ def _sessionmaker(engine: Engine) -> sessionmaker[Session]:
 def forget_engines(*, close: bool) -> None:
     """Drop the process's engines; the next `get_engine` makes a new one. A forked child passes
     `close=False`: the connections it inherited are its parent's to close."""
-    with _engines_lock:
-        engines = list(_engines.values())
-        _engines.clear()
+    engines = list(_engines.values())
+    _engines.clear()
     _sessionmaker.cache_clear()
     for engine in engines:
         engine.dispose(close=close)
+
+
+def dispose_engine(url: str) -> None:
+    """Close the connections of the engine of `url` and forget it (an app's shutdown)."""
+    engine = _engines.pop(url, None)
+    if engine is not None:
+        _sessionmaker.cache_clear()
+        engine.dispose()
 
 
 @contextmanager

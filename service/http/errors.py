@@ -108,10 +108,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 class UnhandledErrors:
-    """Outermost of the app's middlewares: an unexpected error becomes a 500 problem, logged,
-    and is not raised further. Starlette's own last-resort handler answers too but re-raises,
-    and uvicorn then closes the connection: the client's next request on it failed with a
-    reset. A response already under way cannot be replaced: that error is raised as before."""
+    """Outermost of the app's middlewares but `SettingsInForce` (which only sets the settings):
+    an unexpected error becomes a 500 problem, logged, and is not raised further. Starlette's
+    own last-resort handler answers too but re-raises, and uvicorn then closes the connection:
+    the client's next request on it failed with a reset. A response already under way cannot
+    be replaced: that error is raised as before."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

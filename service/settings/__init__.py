@@ -70,7 +70,9 @@ def environment_settings() -> Settings:
 def settings_in_force(settings: Settings) -> Iterator[None]:
     """`settings` for `get_settings` in this context and in the threads and tasks it starts
     (context variables follow them), so that one process can host apps of different settings
-    (the API tests host a SQLite and a PostgreSQL app in one process)."""
+    (the API tests host a SQLite and a PostgreSQL app in one process). Each such app runs on an
+    event loop of its own: what is kept per event loop (the inference scheduler and proxy
+    client, the rate limit's Redis client) is made with the settings of its first request."""
     token = _in_force.set(settings)
     try:
         yield

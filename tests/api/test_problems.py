@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import httpx
 
+from tests.api.conftest import tenant_client
 from tests.api.helpers import error_paths, job_body, make_dataset, make_job, make_verifier, problem
 from tests.e2e.services import RunningService
 
@@ -93,7 +94,10 @@ def test_spec_strings_and_lists_are_capped(client: httpx.Client) -> None:
     }  # fmt: skip
 
 
-def test_body_limit_counts_streamed_bytes(client: httpx.Client) -> None:
+def test_body_limit_counts_streamed_bytes(api_http: RunningService) -> None:
+    """Over HTTP: a body without Content-Length reaches the app in the chunks it was sent in
+    (the in-process transport hands it over whole)."""
+    client = tenant_client(api_http)
     big = b'{"name": "x", "records": [' + b'{"prompt": "aaaaaaaaaa"},' * 60_000 + b"]}"
     problem(
         client.post("/v1/datasets", content=big, headers={"content-type": "application/json"}), 413
