@@ -3,6 +3,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -58,6 +59,18 @@ def api_pg(
             yield svc
     finally:
         _psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
+def served_over_http() -> Any:
+    """The `api` fixture of a module whose tests need a server process (an official SDK, a
+    browser, the CLI, connections): `api = served_over_http()` in it makes its `api` the
+    shared server process, `api_http`."""
+
+    @pytest.fixture(name="api", scope="module")
+    def api_over_http(api_http: RunningService) -> RunningService:
+        return api_http
+
+    return api_over_http
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -10,20 +10,16 @@ import re
 from pathlib import Path
 
 import httpx
-import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from tests.api.conftest import served_over_http
 from tests.api.server import serve_in_process
 from tests.e2e.services import RunningService
 from tests.ui.browser import browser, console_errors  # noqa: F401  (a fixture)
 
-
-@pytest.fixture(scope="module")
-def api(api_http: RunningService) -> RunningService:
-    """A browser loads the docs: this module runs against the server process."""
-    return api_http
+api = served_over_http()  # a browser loads the docs
 
 
 TYPES = {".js": "text/javascript", ".css": "text/css", ".png": "image/png"}

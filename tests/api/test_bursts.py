@@ -13,16 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.conftest import tenant_client
+from tests.api.conftest import served_over_http, tenant_client
 from tests.api.helpers import make_dataset, make_job, make_verifier
 from tests.api.server import run_api
 from tests.e2e.services import RunningService
 
-
-@pytest.fixture(scope="module")
-def api(api_http: RunningService) -> RunningService:
-    """Bursts of connections: this module runs against the server process."""
-    return api_http
+api = served_over_http()  # bursts of connections
 
 
 # One connection and a one-millisecond wait for it: overlapping requests exhaust the pool.

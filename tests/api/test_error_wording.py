@@ -8,17 +8,13 @@ import os
 from pathlib import Path
 
 import httpx
-import pytest
 
+from tests.api.conftest import served_over_http
 from tests.api.helpers import job_body, make_dataset, make_verifier
 from tests.client.test_cli import grpo
 from tests.e2e.services import TINY, RunningService
 
-
-@pytest.fixture(scope="module")
-def api(api_http: RunningService) -> RunningService:
-    """The `grpo` CLI is a process of its own: this module runs against the server process."""
-    return api_http
+api = served_over_http()  # the `grpo` CLI is a process of its own
 
 
 def _errors(r: httpx.Response) -> dict[str, str]:

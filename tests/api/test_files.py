@@ -14,13 +14,10 @@ import openai
 import pytest
 from openai import OpenAI
 
+from tests.api.conftest import served_over_http
 from tests.e2e.services import RunningService
 
-
-@pytest.fixture(scope="module")
-def api(api_http: RunningService) -> RunningService:
-    """The official SDK speaks HTTP: this module runs against the server process."""
-    return api_http
+api = served_over_http()  # the official SDK speaks HTTP
 
 
 def rft_lines(n: int, start: int = 0) -> list[dict[str, Any]]:

@@ -20,15 +20,12 @@ from service.core.db import make_engine
 from service.core.ids import new_id
 from service.models import Checkpoint, Job, JobMetric, JobUsage
 from service.models.base import utcnow
+from tests.api.conftest import served_over_http
 from tests.api.server import LIMITS, settings_of
 from tests.api.test_files import rft_lines, upload
 from tests.e2e.services import RunningService
 
-
-@pytest.fixture(scope="module")
-def api(api_http: RunningService) -> RunningService:
-    """The official SDK speaks HTTP: this module runs against the server process."""
-    return api_http
+api = served_over_http()  # the official SDK speaks HTTP
 
 
 STRING_CHECK = {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",

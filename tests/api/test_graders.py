@@ -14,14 +14,10 @@ import openai
 import pytest
 from openai import OpenAI
 
-from tests.api.conftest import tenant_client
+from tests.api.conftest import served_over_http, tenant_client
 from tests.e2e.services import RunningService
 
-
-@pytest.fixture(scope="module")
-def api(api_http: RunningService) -> RunningService:
-    """The official SDK speaks HTTP: this module runs against the server process."""
-    return api_http
+api = served_over_http()  # the official SDK speaks HTTP
 
 
 STRING_CHECK = {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from tests.api.helpers import make_dataset, make_job, make_verifier
 from tests.api.server import METRICS_TOKEN
 from tests.e2e.services import RunningService
@@ -23,29 +25,21 @@ def test_metrics_by_route_jobs_by_status_and_queue_depth(
     make_verifier(client)
     job = make_job(client, make_dataset(client))
     operator = {"Authorization": f"Bearer {METRICS_TOKEN}"}
-    polls = 'grpo_http_requests_total{method="GET",route="/v1/jobs/{job_id}",status="200"}'
-    timed = 'grpo_http_request_seconds_count{method="GET",route="/v1/jobs/{job_id}"}'
-    before = _values(any_api.client(None).get("/metrics", headers=operator).text)
+    route = {"method": "GET", "route": "/v1/jobs/{job_id}"}
+    polls = ("grpo_http_requests_total", {**route, "status": "200"})
+    timed = ("grpo_http_request_seconds_count", route)
+    before = any_api.client(None).get("/metrics", headers=operator).text
     for _ in range(3):
         client.get(f"/v1/jobs/{job['id']}")
     text = any_api.client(None).get("/metrics", headers=operator).text
-    after = _values(text)
     # Counted by this app (the test process may host another app: its counts do not move here)
-    assert after[polls] - before.get(polls, 0.0) == 3
-    assert after[timed] - before.get(timed, 0.0) == 3
-    queued = next(
-        line for line in text.splitlines() if line.startswith('grpo_jobs{status="queued"}')
-    )
-    assert float(queued.split()[-1]) >= 1
-    depth = next(
-        line
-        for line in text.splitlines()
-        if line.startswith('grpo_queue_depth{queue="nobody-listens"}')
-    )
-    assert float(depth.split()[-1]) >= 1
+    assert _sample(text, *polls) - _sample(before, *polls) == 3
+    assert _sample(text, *timed) - _sample(before, *timed) == 3
+    assert _sample(text, "grpo_jobs", {"status": "queued"}) >= 1
+    assert _sample(text, "grpo_queue_depth", {"queue": "nobody-listens"}) >= 1
 
 
-def _values(text: str) -> dict[str, float]:
-    """The samples of a Prometheus text exposition, by series."""
-    pairs = (line.rsplit(" ", 1) for line in text.splitlines() if line and line[0] != "#")
-    return {series: float(value) for series, value in pairs}
+def _sample(text: str, name: str, labels: dict[str, str]) -> float:
+    """A sample's value in a Prometheus text exposition (0 when it is not there)."""
+    samples = (s for family in text_string_to_metric_families(text) for s in family.samples)
+    return next((s.value for s in samples if s.name == name and s.labels == labels), 0.0)

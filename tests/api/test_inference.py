@@ -10,16 +10,13 @@ from pathlib import Path
 import openai
 import pytest
 
+from tests.api.conftest import served_over_http
 from tests.api.helpers import make_dataset, make_job, make_verifier
 from tests.api.server import run_api
 from tests.api.test_models import seed_checkpoint
 from tests.e2e.services import TINY, RunningService, free_port
 
-
-@pytest.fixture(scope="module")
-def api(api_http: RunningService) -> RunningService:
-    """The official SDK speaks HTTP: this module runs against the server process."""
-    return api_http
+api = served_over_http()  # the official SDK speaks HTTP
 
 
 CHAT = [{"role": "user", "content": "hi"}]

@@ -10,15 +10,12 @@ import openai
 import pytest
 from openai import OpenAI
 
+from tests.api.conftest import served_over_http
 from tests.api.test_files import rft_lines, upload
 from tests.api.test_fine_tuning import create, sdk_for
 from tests.e2e.services import TINY, RunningService
 
-
-@pytest.fixture(scope="module")
-def api(api_http: RunningService) -> RunningService:
-    """The official SDK speaks HTTP: this module runs against the server process."""
-    return api_http
+api = served_over_http()  # the official SDK speaks HTTP
 
 
 CHAT = [{"role": "user", "content": "hi"}]

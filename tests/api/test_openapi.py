@@ -11,13 +11,10 @@ import httpx
 import pytest
 from openapi_spec_validator import validate
 
+from tests.api.conftest import served_over_http
 from tests.e2e.services import RunningService
 
-
-@pytest.fixture(scope="module")
-def api(api_http: RunningService) -> RunningService:
-    """Schemathesis calls over HTTP: this module runs against the server process."""
-    return api_http
+api = served_over_http()  # schemathesis calls over HTTP
 
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
