@@ -10,6 +10,7 @@ SQLite, with no lock held between the read and the claim.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -110,6 +111,9 @@ def check_forward_backward(body: Mapping[str, Any], model: CatalogModel) -> None
     loss = body.get("loss_fn") or ""
     if loss not in LOSSES:
         raise bad_request("loss_fn", f"unknown or unsupported loss '{loss}' ({', '.join(LOSSES)})")
+    for key, value in (body.get("loss_fn_config") or {}).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise bad_request(f"loss_fn_config.{key}", "not a finite number")
     data = body.get("data") or []
     if not data:
         raise bad_request("data", "no datums")
@@ -126,6 +130,8 @@ def check_forward_backward(body: Mapping[str, Any], model: CatalogModel) -> None
                     f"data[{i}].loss_fn_inputs.{name}",
                     f"{len(values)} values for {len(tokens)} input tokens",
                 )
+            if not all(math.isfinite(v) for v in values):  # NaN, Infinity: no JSON carries them
+                raise bad_request(f"data[{i}].loss_fn_inputs.{name}", "a value is not finite")
         for j, target in enumerate(inputs["target_tokens"]):
             if not 0 <= int(target) < model.vocab_size:
                 raise bad_request(

@@ -13,6 +13,7 @@ an idle worker started by `grpo-service up` costs no model memory).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import shutil
 import socket
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from service.core.db import session_scope
 from service.core.ids import new_id
@@ -63,12 +65,15 @@ class TinkerWorker:
         self.last_served: dict[str, float] = {}
 
     def run(self, stop: threading.Event) -> None:
+        """Until `stop`. Nothing a request does ends the loop: a request's failure fails that
+        request alone, and a database that cannot be reached is waited for."""
         pause = 0.0
         while not stop.is_set():
-            with session_scope() as session:
-                row = futures.claim_next(session, self.name, self.last_served)
-                if row is not None:
-                    session.expunge(row)
+            try:
+                row = self._claim()
+            except SQLAlchemyError:
+                log.exception("tinker worker %s: cannot claim a request; trying again", self.name)
+                row = None
             if row is None:
                 pause = min(max(pause * 2, 0.01), self.settings.tinker_worker_poll_s)
                 stop.wait(pause)
@@ -77,22 +82,61 @@ class TinkerWorker:
             self.last_served[row.tenant_id] = time.monotonic()
             self.execute(row)
 
-    def execute(self, row: TinkerRequest) -> None:
-        from workers.tinker.types import TinkerInputError
+    def _claim(self) -> TinkerRequest | None:
+        with session_scope() as session:
+            row = futures.claim_next(session, self.name, self.last_served)
+            if row is not None:
+                session.expunge(row)
+        return row
 
+    def execute(self, row: TinkerRequest) -> None:
+        """Runs the request and records its outcome; never raises. An outcome that cannot be
+        stored (whatever the reason) fails the request with a server error instead."""
         started = time.monotonic()
         after: list[Any] = []  # rows to write with the outcome
-        result = error = None
+        result, error = self._outcome(row, after)
+        seconds = time.monotonic() - started
+        try:
+            self._record(row, result, error, after, seconds)
+        except Exception as exc:  # the request fails; the worker keeps serving the others
+            log.exception("tinker request %s (%s): its outcome was not stored", row.id, row.kind)
+            error = {"error": f"internal error storing the result ({type(exc).__name__})",
+                     "category": "server"}  # fmt: skip
+            try:
+                self._record(row, None, error, [], seconds)
+            except Exception:  # the database is gone: a restart fails it (fail_abandoned)
+                log.exception("tinker request %s: its failure was not stored either", row.id)
+
+    def _outcome(
+        self, row: TinkerRequest, after: list[Any]
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        from workers.tinker.types import TinkerInputError
+
         try:
             result = getattr(self, f"_{row.kind}")(row, after)
         except TinkerInputError as exc:
-            error = {"error": f"{exc.field}: {exc.message}", "category": "user"}
+            return None, {"error": f"{exc.field}: {exc.message}", "category": "user"}
         except RunLost as exc:
-            error = {"error": str(exc), "category": "server"}
+            return None, {"error": str(exc), "category": "server"}
         except Exception as exc:  # the worker keeps serving the other requests
             log.exception("tinker request %s (%s) failed", row.id, row.kind)
-            error = {"error": f"internal error ({type(exc).__name__})", "category": "server"}
-        seconds = time.monotonic() - started
+            return None, {"error": f"internal error ({type(exc).__name__})", "category": "server"}
+        try:  # what the API answers and the database keeps is JSON: no NaN, no Infinity
+            json.dumps(result, allow_nan=False)
+        except ValueError as exc:  # a value the engine should have refused (workers.tinker.finite)
+            log.error("tinker request %s (%s): its result is not JSON: %s", row.id, row.kind, exc)
+            return None, {"error": "the result holds a value that is not finite (NaN or "
+                          "Infinity)", "category": "server"}  # fmt: skip
+        return result, None
+
+    def _record(
+        self,
+        row: TinkerRequest,
+        result: dict[str, Any] | None,
+        error: dict[str, Any] | None,
+        after: list[Any],
+        seconds: float,
+    ) -> None:
         with session_scope() as session:
             if error is None:
                 for item in after:

@@ -40,6 +40,11 @@ from torch import Tensor
 from workers.grpo.config import GenerationParams
 from workers.grpo.text import Prompt, cut_completions, encode_groups, find_stops, pad_id
 
+# Temperatures below this sample greedily (vLLM's floor): logits / T overflows float32 as T
+# nears 0 (at 1e-45 every logit is infinite and softmax gives NaN), and below it the draw is
+# the argmax anyway.
+GREEDY_BELOW = 1e-5
+
 
 @dataclass
 class Generation:

@@ -2,14 +2,14 @@
 cache one token at a time, each row with its own sampling (temperature, top_p, stop strings,
 max_tokens, its request's seeded generator, log-probs).
 
-Per token and row: temperature 0 takes the argmax; otherwise softmax(logits / T) restricted to
-the top_p nucleus, one draw from the request's generator (so a seeded request gives the same
-tokens whatever else shares its batch, up to float rounding of the padded batch). Reported
-log-probs are the model's own, log softmax(logits), before temperature and top_p. A row ends
-at EOS ("stop"), at a stop string (the text is cut before it: "stop") or at its max_tokens
-("length"), or when its request is cancelled (its client went away). Rows that have ended
-leave the batch (their KV-cache rows too), so the others decode on; the loop ends when every
-row has.
+Per token and row: a temperature below `GREEDY_BELOW` (0 included) takes the argmax; otherwise
+softmax(logits / T) restricted to the top_p nucleus, one draw from the request's generator (so a
+seeded request gives the same tokens whatever else shares its batch, up to float rounding of the
+padded batch). Reported log-probs are the model's own, log softmax(logits), before temperature
+and top_p. A row ends at EOS ("stop"), at a stop string (the text is cut before it: "stop") or
+at its max_tokens ("length"), or when its request is cancelled (its client went away). Rows that
+have ended leave the batch (their KV-cache rows too), so the others decode on; the loop ends when
+every row has.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from workers.grpo.sampling import cache_keyword
+from workers.grpo.sampling import GREEDY_BELOW, cache_keyword
 from workers.grpo.text import pad_id, render_prompt
 from workers.inference.params import Choice, Request, RequestError, Result, TokenLogprob
 
@@ -89,13 +89,13 @@ def _draw(logits: Tensor, rows: list[_Row], requests: list[Request]) -> Tensor:
     temps = torch.tensor([requests[r.request].sampling.temperature for r in rows])  # (N,)
     top_p = torch.tensor([[requests[r.request].sampling.top_p] for r in rows])  # (N, 1)
     greedy = logits.argmax(-1)  # (N,)
-    scaled = logits / temps.clamp(min=1e-6).unsqueeze(1)  # (N, V)
+    scaled = logits / temps.clamp(min=GREEDY_BELOW).unsqueeze(1)  # (N, V)
     if bool((top_p < 1).any()):
         scaled = _nucleus(scaled, top_p)  # (N, V)
     probs = scaled.softmax(-1)  # (N, V)
     out = greedy.clone()  # (N,)
     for i, row in enumerate(rows):  # one draw per row from its request's generator
-        if temps[i] > 0:
+        if temps[i] >= GREEDY_BELOW:
             out[i] = torch.multinomial(probs[i], 1, generator=row.generator)[0]
     return out
 

@@ -13,6 +13,7 @@ Single-threaded: the caller serialises requests (one at a time per host).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import uuid
@@ -27,6 +28,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from workers.grpo.logprobs import token_logprobs
 from workers.tinker import validation as check
 from workers.tinker.adapters import AdapterStack, linear_layers, peft_config
+from workers.tinker.finite import NotFinite, Snapshot, finite, grads
 from workers.tinker.sampler import Draw, StopRule, fresh_seed, sample_sequences
 from workers.tinker.types import (
     AdamParams,
@@ -122,16 +124,33 @@ class LoraHost:
         return self._loss_pass(run_id, data, loss_fn, loss_fn_config, train=True)
 
     def optim_step(self, run_id: str, adam: AdamParams) -> dict[str, float]:
-        """One AdamW step (decoupled weight decay) on the run's summed gradients, then zero them."""
+        """One AdamW step (decoupled weight decay) on the run's summed gradients, then zero them.
+        A step that would leave a weight not finite is undone and refused: the run, its
+        pending gradients included, stays as it was."""
         check.check_adam(adam)
         run = self._load(run_id)
         params = self.adapters.parameters(run.name)
+        before = Snapshot(params, run.optimizer)
         clip = adam.grad_clip_norm if adam.grad_clip_norm > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+        if not torch.isfinite(grad_norm):
+            before.restore(params, run.optimizer)
+            raise NotFinite("adam_params", "the gradients' norm is not finite: nothing was changed")
         for group in run.optimizer.param_groups:
             group.update(lr=adam.learning_rate, betas=(adam.beta1, adam.beta2), eps=adam.eps,
                          weight_decay=adam.weight_decay)  # fmt: skip
-        run.optimizer.step()
+        try:
+            run.optimizer.step()
+            stepped = finite(params)
+        except RuntimeError:  # torch refuses a step size that float32 cannot hold
+            stepped = False
+        if not stepped:
+            before.restore(params, run.optimizer)
+            raise NotFinite(
+                "adam_params.learning_rate",
+                "this step makes the adapter's weights not finite (is the learning rate too "
+                "large?): it was undone, the run and its pending gradients are as before",
+            )
         run.optimizer.zero_grad(set_to_none=True)
         run.steps += 1
         return {"grad_norm": float(grad_norm), "learning_rate": adam.learning_rate,
@@ -140,10 +159,14 @@ class LoraHost:
     def _loss_pass(
         self, run_id: str, data: list[Datum], loss_fn: str, config: dict | None, train: bool
     ) -> ForwardResult:
+        """A loss, log-prob or gradient that is not finite refuses the whole batch: its
+        gradients are taken back, so the run stays as it was before the request."""
         loss, cfg = check.check_loss(loss_fn, config)
         check.check_data(data, loss_fn, loss, self.limits)
         run = self._load(run_id)
-        outputs, total = [], 0.0
+        params = self.adapters.parameters(run.name)
+        before = Snapshot(params) if train else None
+        outputs, total, ok = [], 0.0, True
         with self.adapters.active(run.name), torch.set_grad_enabled(train):
             for chunk in self._chunks(data):  # the loss is a sum: each chunk's backward adds up
                 chunk_loss = torch.zeros((), device=self.model.device)
@@ -154,11 +177,21 @@ class LoraHost:
                               for k, v in used.items()}  # fmt: skip
                     elementwise = loss.fn(lp, inputs, cfg)  # (T,)
                     chunk_loss = chunk_loss + elementwise.sum()
+                    ok = ok and finite([lp, elementwise])
                     outputs.append({"logprobs": lp.detach().tolist(),
                                     "elementwise_loss": elementwise.detach().tolist()})  # fmt: skip
                 if train:
                     chunk_loss.backward()
                 total += float(chunk_loss.detach())
+        if not (ok and math.isfinite(total) and (not train or finite(grads(params)))):
+            if before is not None:
+                before.restore(params)
+            raise NotFinite(
+                "data",
+                f"the loss is not finite (loss:sum {total}): weights or advantages too large "
+                "for float32, or a run whose weights diverged; "
+                + ("this batch's gradients were discarded" if train else "nothing was changed"),
+            )
         return ForwardResult(outputs, {"loss:sum": total})
 
     def _chunks(self, data: list[Datum]) -> list[list[Datum]]:
@@ -212,6 +245,12 @@ class LoraHost:
         with self.adapters.active(self._sampling_adapter(weights)):
             seqs, first = sample_sequences(self.model, self.tokenizer, prompt, num_samples, draw,
                                            steps, rule, seed, prompt_logprobs)  # fmt: skip
+        kept = [lp for seq in seqs for lp in seq.logprobs] + [
+            lp for lp in first or [] if lp is not None
+        ]
+        if not all(math.isfinite(lp) for lp in kept):
+            raise NotFinite("weights", "the model's log-probs are not finite (do its weights "
+                            "hold NaN or Infinity?)")  # fmt: skip
         return SampleResult(seqs, first)
 
     def _sampling_adapter(self, weights: str | None) -> str | None:

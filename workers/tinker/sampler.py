@@ -6,7 +6,8 @@ copied to every row, and the rows decoded one token at a time. Each draw reuses 
 uniform; a row's uniforms come from `seed` and the row's index alone (`RowSeeds`), so a seed
 gives the same sequences whatever else the host does. The log-prob kept for a token is
 log softmax(logits / T) before top-k / top-p (the policy's distribution, what a teacher-forced
-forward at the same temperature computes); temperature 0 is greedy, its log-probs at T = 1.
+forward at the same temperature computes); a temperature below `GREEDY_BELOW` (0 included) is
+greedy, its log-probs at T = 1.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 
 from workers.grpo.logprobs import token_logprobs
-from workers.grpo.sampling import RowSeeds, cache_keyword, row_noise, sample_next
+from workers.grpo.sampling import GREEDY_BELOW, RowSeeds, cache_keyword, row_noise, sample_next
 from workers.tinker.types import SampledSequence
 
 
@@ -62,7 +63,7 @@ def sample_sequences(
     """The sequences and, if asked, log pi(prompt[i] | prompt[:i]) at T = 1 (None for the
     first token: nothing predicts it), from the one prefill."""
     device, kw = model.device, cache_keyword(model)
-    greedy = draw.temperature == 0
+    greedy = draw.temperature < GREEDY_BELOW
     params = Draw(1.0, draw.top_k, draw.top_p) if greedy else draw
     noise = row_noise(
         torch.Generator(), 0, num_samples, steps, device, RowSeeds(seed, list(range(num_samples)))
