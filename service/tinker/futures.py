@@ -10,8 +10,8 @@ SQLite, with no lock held between the read and the claim.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -20,19 +20,12 @@ from sqlalchemy.orm import Session
 from service.core.ids import new_id
 from service.models import CatalogModel, TinkerRequest, TinkerRun
 from service.models.base import utcnow
-from service.tinker.service import LOSSES, bad_request, missing
+from service.tinker import schemas
+from service.tinker.service import bad_request, missing
+from workers.tinker import validation as check
+from workers.tinker.types import Datum, SamplingParams, TinkerInputError
 
 OPEN = ("queued", "running")
-# What each loss reads per token besides the input (the SDK's loss_fn_inputs names).
-_REQUIRED = {
-    "cross_entropy": ("target_tokens",),
-    "importance_sampling": ("target_tokens", "logprobs", "advantages"),
-    "ppo": ("target_tokens", "logprobs", "advantages"),
-    "cispo": ("target_tokens", "logprobs", "advantages"),
-    "dro": ("target_tokens", "logprobs", "advantages"),
-    "gspo": ("target_tokens", "logprobs", "advantages"),
-}
-MAX_SAMPLES = 64
 
 
 def submit(
@@ -94,63 +87,39 @@ def queue_position(session: Session, row: TinkerRequest) -> int:
     return k + sum(min(int(n), k + 1) for n in others)
 
 
-# Validation at submission: what the engine would refuse, answered as a 400 before queueing.
+# Validation at submission: the engine's own checks (workers/tinker/validation.py, torch-free,
+# reading the loss registry), answered as a 400 naming the same field before queueing.
 
 
-def check_tokens(tokens: list[int], model: CatalogModel, field: str) -> None:
-    if not tokens:
-        raise bad_request(field, "no tokens")
-    if len(tokens) > model.context_length:
-        raise bad_request(field, f"{len(tokens)} tokens, over the context ({model.context_length})")
-    for i, token in enumerate(tokens):
-        if not 0 <= token < model.vocab_size:
-            raise bad_request(f"{field}[{i}]", f"token id {token} outside [0, {model.vocab_size})")
+@contextmanager
+def engine_checks() -> Iterator[None]:
+    try:
+        yield
+    except TinkerInputError as exc:
+        raise bad_request(exc.field, exc.message) from None
+
+
+def _limits(model: CatalogModel) -> check.ModelLimits:
+    return check.ModelLimits(vocab_size=model.vocab_size, context=model.context_length)
 
 
 def check_forward_backward(body: Mapping[str, Any], model: CatalogModel) -> None:
-    loss = body.get("loss_fn") or ""
-    if loss not in LOSSES:
-        raise bad_request("loss_fn", f"unknown or unsupported loss '{loss}' ({', '.join(LOSSES)})")
-    for key, value in (body.get("loss_fn_config") or {}).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise bad_request(f"loss_fn_config.{key}", "not a finite number")
-    data = body.get("data") or []
-    if not data:
-        raise bad_request("data", "no datums")
-    for i, datum in enumerate(data):
-        tokens = datum["tokens"]
-        check_tokens(tokens, model, f"data[{i}].model_input")
-        inputs: dict[str, list[Any]] = datum["loss_fn_inputs"]
-        for name in _REQUIRED[loss]:
-            if name not in inputs:
-                raise bad_request(f"data[{i}].loss_fn_inputs.{name}", f"required by {loss}")
-        for name, values in inputs.items():
-            if len(values) != len(tokens):
-                raise bad_request(
-                    f"data[{i}].loss_fn_inputs.{name}",
-                    f"{len(values)} values for {len(tokens)} input tokens",
-                )
-            if not all(math.isfinite(v) for v in values):  # NaN, Infinity: no JSON carries them
-                raise bad_request(f"data[{i}].loss_fn_inputs.{name}", "a value is not finite")
-        for j, target in enumerate(inputs["target_tokens"]):
-            if not 0 <= int(target) < model.vocab_size:
-                raise bad_request(
-                    f"data[{i}].loss_fn_inputs.target_tokens[{j}]",
-                    f"token id {int(target)} outside [0, {model.vocab_size})",
-                )
+    data = [Datum(d["tokens"], d["loss_fn_inputs"]) for d in body.get("data") or []]
+    with engine_checks():
+        spec, _ = check.check_loss(body.get("loss_fn") or "", body.get("loss_fn_config"))
+        check.check_data(data, spec, _limits(model))
 
 
-def check_sample(prompt: list[int], num_samples: int, max_tokens: int | None, model: CatalogModel):
-    check_tokens(prompt, model, "prompt")
-    if num_samples > MAX_SAMPLES:
-        raise bad_request("num_samples", f"at most {MAX_SAMPLES}")
-    if max_tokens is None or max_tokens < 1:
+def check_sample(
+    prompt: list[int], num_samples: int, params: schemas.SamplingParamsIn, model: CatalogModel
+) -> None:
+    """As the engine checks a sample; the API also asks for `max_tokens` (without one, the
+    engine draws up to the context)."""
+    if params.max_tokens is None:
         raise bad_request("sampling_params.max_tokens", "a positive number of tokens is needed")
-    if len(prompt) + max_tokens > model.context_length:
-        raise bad_request(
-            "sampling_params.max_tokens",
-            f"prompt + max_tokens over the context ({model.context_length})",
-        )
+    engine_params = SamplingParams(**params.model_dump())
+    with engine_checks():
+        check.check_sample(prompt, num_samples, engine_params, _limits(model))
 
 
 # The worker's side

@@ -248,7 +248,7 @@ def asample(body: schemas.SampleIn, tenant: TenantDep, db: SessionDep):
             raise bad_request(f"prompt.chunks[{i}]", "only text chunks (encoded_text)")
         prompt.extend(chunk.tokens)
     params = body.sampling_params
-    futures.check_sample(prompt, body.num_samples, params.max_tokens, model)
+    futures.check_sample(prompt, body.num_samples, params, model)
     refuse_over_budget(db, tenant)
     stop = [params.stop] if isinstance(params.stop, str) else params.stop
     payload = {

@@ -16,11 +16,8 @@ from service.jobs.budget import refuse_over_budget
 from service.models import CatalogModel, TinkerCheckpoint, TinkerRun, TinkerSession
 from service.models.base import utcnow
 from service.tinker import schemas
+from workers.tinker.types import MAX_LORA_RANK
 
-MAX_LORA_RANK = 128  # the adapter and its Adam moments stay small beside the shared base
-# The loss functions of the SDK's LossFnType the engine implements (workers/tinker/losses.py);
-# stable_reinforce and custom (a traced graph run server-side) are not.
-LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo")
 KIND_SEGMENT = {"training": "weights", "sampler": "sampler_weights"}
 SEGMENT_KIND = {v: k for k, v in KIND_SEGMENT.items()}
 
@@ -93,10 +90,7 @@ def create_run(session: Session, tenant_id: str, body: schemas.CreateModelIn) ->
     get_session(session, tenant_id, body.session_id, "session")
     catalog_model(session, body.base_model)
     lora = body.lora_config or schemas.LoraConfigIn(rank=32)
-    if not 1 <= lora.rank <= MAX_LORA_RANK:
-        raise bad_request("lora_config.rank", f"must be between 1 and {MAX_LORA_RANK}")
-    if not (lora.train_mlp or lora.train_attn or lora.train_unembed):
-        raise bad_request("lora_config", "train_mlp, train_attn or train_unembed must be true")
+    check_lora(lora)
     if body.optimizer_config.type != "adamw":
         raise bad_request("optimizer_config.type", "only 'adamw' is supported")
     refuse_over_budget(session, tenant_id)
@@ -115,6 +109,14 @@ def create_run(session: Session, tenant_id: str, body: schemas.CreateModelIn) ->
     session.add(run)
     session.flush()
     return run
+
+
+def check_lora(lora: schemas.LoraConfigIn) -> None:
+    """What the engine refuses of a LoRA config the API can see without the model's layers."""
+    if not 1 <= lora.rank <= MAX_LORA_RANK:
+        raise bad_request("lora_config.rank", f"must be between 1 and {MAX_LORA_RANK}")
+    if not (lora.train_mlp or lora.train_attn or lora.train_unembed):
+        raise bad_request("lora_config", "train_mlp, train_attn or train_unembed must be true")
 
 
 def get_run(session: Session, tenant_id: str, run_id: str) -> TinkerRun:

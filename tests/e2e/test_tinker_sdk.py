@@ -185,6 +185,27 @@ def test_bad_input_is_an_sdk_error_and_the_worker_keeps_serving(
     assert loss_of(trainer.forward_backward(BATCH, "cross_entropy").result()) > 0
 
 
+def test_a_client_side_custom_loss_runs_over_forward_and_cross_entropy(
+    alice: tinker.ServiceClient,
+) -> None:
+    """forward_backward_custom without create_custom_loss (the SDK's default): a `forward`, the
+    loss C computed here, then cross_entropy with weights -dC/d logprobs. With C the summed
+    negative log-likelihood, those weights are 1: the surrogate is the cross-entropy itself."""
+    trainer = alice.create_lora_training_client(base_model=TINY, rank=2).result()
+    expected = loss_of(trainer.forward(BATCH, "cross_entropy").result())
+
+    def nll(data: list[types.Datum], logprobs: list) -> tuple:  # logprobs: torch tensors (T,)
+        loss = sum((-lp).sum() for lp in logprobs)
+        return loss, {"tokens": float(sum(len(lp) for lp in logprobs))}
+
+    out = trainer.forward_backward_custom(BATCH, nll).result()
+    assert loss_of(out) == pytest.approx(expected, rel=1e-5)
+    assert out.metrics["surrogate_loss:sum"] == pytest.approx(expected, rel=1e-5)
+    assert out.metrics["tokens"] == 7 + 5
+    trainer.optim_step(ADAM).result()
+    assert loss_of(trainer.forward(BATCH, "cross_entropy").result()) < expected
+
+
 def completion(svc: RunningService, key: str, model: str) -> httpx.Response:
     """POST /v1/completions, once serve answers (it starts beside the module's API)."""
     deadline = time.monotonic() + 60

@@ -5,6 +5,10 @@ Per completion token t of completion i, with ratio rho = exp(log pi_theta - log 
     l_it = -min(rho * A_i, clip(rho, 1 - eps, 1 + eps_high) * A_i)
            + beta * (exp(ref - log pi_theta) - (ref - log pi_theta) - 1)
 
+The first term is the registered `ppo` loss's (`workers.losses.terms.clipped_surrogate`, the
+one the Tinker API's ppo and gspo run) with thresholds 1 - eps and 1 + eps_high; what GRPO adds
+is the sequence's advantage on every token, the aggregation, the KL penalty and TIS.
+
 summed over the tokens up to and including EOS (`mask`), then divided by a denominator picked by
 the aggregation (a small function chosen once):
 
@@ -36,6 +40,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from workers.losses.terms import clipped_surrogate
 
 Total = Callable[[Any], Any]  # a count of this process's rows -> that count over the whole batch
 # Each aggregation: (per-token values (N, T), mask (N, T)) -> sum that the denominator divides.
@@ -99,8 +105,7 @@ def grpo_loss(
     old = logprobs.detach() if old_logprobs is None else old_logprobs  # (N, T)
     ratio = torch.exp(logprobs - old)  # (N, T)
     adv = advantages.unsqueeze(1)  # (N, 1)
-    clipped = ratio.clamp(1 - clip_epsilon, 1 + clip_epsilon_high)  # (N, T)
-    policy = -torch.min(ratio * adv, clipped * adv)  # (N, T)
+    policy = clipped_surrogate(ratio, adv, 1 - clip_epsilon, 1 + clip_epsilon_high)  # (N, T)
     tis = sampler_logprobs is not None and importance_cap is not None
     if tis:
         weight, capped = importance_weights(old, sampler_logprobs, importance_cap)  # (N, T)

@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from workers.grpo.logprobs import token_logprobs
+from workers.losses.terms import LOSSES
 from workers.tinker import validation as check
 from workers.tinker.adapters import AdapterStack, linear_layers, peft_config
 from workers.tinker.finite import NotFinite, Snapshot, finite, grads
@@ -161,8 +162,10 @@ class LoraHost:
     ) -> ForwardResult:
         """A loss, log-prob or gradient that is not finite refuses the whole batch: its
         gradients are taken back, so the run stays as it was before the request."""
-        loss, cfg = check.check_loss(loss_fn, config)
-        check.check_data(data, loss_fn, loss, self.limits)
+        spec, cfg = check.check_loss(loss_fn, config)
+        check.check_data(data, spec, self.limits)
+        # target_tokens pick the log-probs; the term reads the datum's other inputs as tensors
+        term, tensors = LOSSES[spec.name], set(spec.inputs) - {"target_tokens"}
         run = self._load(run_id)
         params = self.adapters.parameters(run.name)
         before = Snapshot(params) if train else None
@@ -171,11 +174,9 @@ class LoraHost:
             for chunk in self._chunks(data):  # the loss is a sum: each chunk's backward adds up
                 chunk_loss = torch.zeros((), device=self.model.device)
                 for datum, lp in zip(chunk, self._target_logprobs(chunk), strict=True):
-                    used = {k: v for k, v in datum.loss_fn_inputs.items()
-                            if k in loss.required or k in loss.optional}  # fmt: skip
                     inputs = {k: torch.tensor(v, dtype=torch.float32, device=lp.device)
-                              for k, v in used.items()}  # fmt: skip
-                    elementwise = loss.fn(lp, inputs, cfg)  # (T,)
+                              for k, v in datum.loss_fn_inputs.items() if k in tensors}  # fmt: skip
+                    elementwise = term(lp, inputs, cfg)  # (T,)
                     chunk_loss = chunk_loss + elementwise.sum()
                     ok = ok and finite([lp, elementwise])
                     outputs.append({"logprobs": lp.detach().tolist(),

@@ -11,6 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+# Limits the API checks before queueing and the engine again (workers/tinker/validation.py):
+MAX_LORA_RANK = 128  # a run's adapter and its Adam moments stay small beside the shared base
+MAX_SAMPLES = 64  # sequences one sample request draws
+
 
 class TinkerInputError(ValueError):
     """A request the engine refuses; `field` names what is wrong (a JSON path such as

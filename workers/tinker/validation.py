@@ -1,7 +1,9 @@
 """Checks of a request against the loss and the base model, before any tensor is built.
 
 Each failure is a `TinkerInputError` naming the field (`data[2].loss_fn_inputs.weights`), so
-the service answers a 4xx the SDK shows, and a bad request never reaches the model.
+the service answers a 4xx the SDK shows, and a bad request never reaches the model. No torch:
+the API runs the same checks before it queues a request (service/tinker/futures.py), with the
+catalog's vocabulary and context for `ModelLimits`.
 """
 
 from __future__ import annotations
@@ -10,11 +12,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from workers.tinker.losses import KNOWN_INPUTS, LOSSES, Loss
-from workers.tinker.types import AdamParams, Datum, LoraConfig, SamplingParams, TinkerInputError
-
-MAX_RANK = 256
-MAX_SAMPLES = 128
+from workers.losses.registry import KNOWN_INPUTS, REFUSED, SPECS, LossSpec
+from workers.tinker.types import (
+    MAX_LORA_RANK,
+    MAX_SAMPLES,
+    AdamParams,
+    Datum,
+    LoraConfig,
+    SamplingParams,
+    TinkerInputError,
+)
 
 
 @dataclass(frozen=True)
@@ -32,24 +39,26 @@ def check_tokens(field: str, tokens: Sequence[int], limits: ModelLimits) -> None
             )
 
 
-def check_loss(loss_fn: str, config: dict | None) -> tuple[Loss, dict[str, float]]:
+def check_loss(loss_fn: str, config: dict | None) -> tuple[LossSpec, dict[str, float]]:
     """The loss and its config (defaults filled in)."""
-    if loss_fn not in LOSSES:
-        raise TinkerInputError("loss_fn", f"unknown loss {loss_fn!r}; one of {sorted(LOSSES)}")
-    loss = LOSSES[loss_fn]
-    merged = dict(loss.config)
+    if loss_fn in REFUSED:
+        raise TinkerInputError("loss_fn", f"{loss_fn!r}: {REFUSED[loss_fn]}")
+    if loss_fn not in SPECS:
+        raise TinkerInputError("loss_fn", f"unknown loss {loss_fn!r}; one of {sorted(SPECS)}")
+    spec = SPECS[loss_fn]
+    merged = dict(spec.config)
     for key, value in (config or {}).items():
-        if key not in loss.config:
-            known = sorted(loss.config) or "none"
+        if key not in spec.config:
+            known = sorted(spec.config) or "none"
             raise TinkerInputError(f"loss_fn_config.{key}", f"{loss_fn} takes no {key!r} ({known})")
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if not number or not math.isfinite(value):
             raise TinkerInputError(f"loss_fn_config.{key}", f"not a finite number: {value!r}")
         merged[key] = float(value)
-    return loss, merged
+    return spec, merged
 
 
-def check_data(data: list[Datum], loss_fn: str, loss: Loss, limits: ModelLimits) -> None:
+def check_data(data: list[Datum], spec: LossSpec, limits: ModelLimits) -> None:
     if not data:
         raise TinkerInputError("data", "at least one datum is needed")
     for i, datum in enumerate(data):
@@ -58,13 +67,13 @@ def check_data(data: list[Datum], loss_fn: str, loss: Loss, limits: ModelLimits)
             raise TinkerInputError(f"{where}.model_input", "no tokens")
         if n > limits.context:
             raise TinkerInputError(
-                f"{where}.model_input", f"{n} tokens exceed the model's context of {limits.context}"
+                f"{where}.model_input", f"{n} tokens, over the context ({limits.context})"
             )
         check_tokens(f"{where}.model_input.tokens", datum.tokens, limits)
         inputs = datum.loss_fn_inputs
-        for key in ("target_tokens", *loss.required):
+        for key in spec.required:
             if key not in inputs:
-                raise TinkerInputError(f"{where}.loss_fn_inputs.{key}", f"{loss_fn} needs it")
+                raise TinkerInputError(f"{where}.loss_fn_inputs.{key}", f"{spec.name} needs it")
         for key, values in inputs.items():
             field = f"{where}.loss_fn_inputs.{key}"
             if key not in KNOWN_INPUTS:
@@ -93,8 +102,8 @@ def check_lora(config: LoraConfig, linear_names: set[str]) -> None:
     """`linear_names`: the last name of every linear layer of the base model (`q_proj`...)."""
     if isinstance(config.rank, bool) or not isinstance(config.rank, int):
         raise TinkerInputError("lora_config.rank", "must be an integer")
-    if not 1 <= config.rank <= MAX_RANK:
-        raise TinkerInputError("lora_config.rank", f"{config.rank} is outside 1..{MAX_RANK}")
+    if not 1 <= config.rank <= MAX_LORA_RANK:
+        raise TinkerInputError("lora_config.rank", f"{config.rank} is outside 1..{MAX_LORA_RANK}")
     if config.target_modules is not None:
         if not config.target_modules:
             raise TinkerInputError("lora_config.target_modules", "empty")

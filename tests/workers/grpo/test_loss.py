@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from workers.grpo.loss import grpo_loss, loss_denominator
+from workers.losses.terms import LOSSES
 
 # Two completions, three token slots; completion 0 has 2 tokens, completion 1 has 3.
 LOGP = [[-1.0, -2.0, -0.5], [-1.5, -0.2, -3.0]]
@@ -78,6 +79,21 @@ def test_policy_loss_excludes_kl() -> None:
     loss, stats = _loss("token_mean", beta=0.0)
     assert loss.item() == pytest.approx(policy, abs=1e-6)
     assert stats["kl"] == pytest.approx(0.0547965, abs=1e-6)  # measured whenever ref is given
+
+
+def test_policy_term_is_the_registered_ppo_loss() -> None:
+    """Without KL, summed over tokens (`constant`, one token slot per completion, N = 1): GRPO's
+    loss of a completion is Tinker's ppo with thresholds 1 - eps and 1 + eps_high."""
+    clip = {"clip_low_threshold": 1 - EPS, "clip_high_threshold": 1 + EPS_HIGH}
+    for row in range(2):
+        lp, old = _t(LOGP)[row], _t(OLD)[row]  # (T,)
+        inputs = {"logprobs": old, "advantages": torch.full_like(lp, ADV[row])}
+        ppo = (LOSSES["ppo"](lp, inputs, clip) * _t(MASK)[row]).sum()
+        grpo, _ = _loss("constant", logprobs=lp[None], old_logprobs=old[None], ref_logprobs=None,
+                        advantages=torch.tensor(ADV[row:row + 1], dtype=torch.float64),
+                        mask=_t(MASK)[row][None], max_new_tokens=1)  # fmt: skip
+        assert grpo.item() == pytest.approx(ppo.item(), abs=1e-12)
+        assert ppo.item() == pytest.approx(sum(p for p in POLICY[row] if p is not None), abs=1e-6)
 
 
 def test_clipped_tokens_get_no_policy_gradient() -> None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from tests.workers.tinker.conftest import DEVICE, rl_datum, sft_datum
-from workers.tinker.types import AdamParams, Datum, LoraConfig, SamplingParams, TinkerInputError
+from workers.losses.registry import SPECS
+from workers.tinker.types import (
+    MAX_LORA_RANK,
+    AdamParams,
+    Datum,
+    LoraConfig,
+    SamplingParams,
+    TinkerInputError,
+)
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +76,24 @@ def test_bad_training_requests_name_their_field(host) -> None:  # noqa: ANN001
     assert all(p.grad is None for p in host.adapters.parameters(host._runs["a"].name))
 
 
+def test_every_registered_loss_runs_and_each_missing_input_is_named(host) -> None:  # noqa: ANN001
+    """The engine's side of tests/service/tinker/test_checks.py: the same inputs, the same field."""
+    datum = rl_datum(host.tokenizer, "hello", 1.0)
+    n = len(datum.tokens)
+    for name, spec in SPECS.items():
+        values = {k: datum.loss_fn_inputs.get(k, [1.0] * n) for k in spec.required}
+        out = host.forward("a", [Datum(list(datum.tokens), values)], name)
+        assert len(out.loss_fn_outputs[0]["elementwise_loss"]) == n
+        for missing in spec.required:
+            bad = Datum(list(datum.tokens), {k: v for k, v in values.items() if k != missing})
+            field = field_of(lambda bad=bad, name=name: host.forward("a", [bad], name))
+            assert field == f"data[0].loss_fn_inputs.{missing}"
+
+
 def test_bad_runs_name_their_field(host) -> None:  # noqa: ANN001
     assert field_of(lambda: host.create_run("b", LoraConfig(rank=0))) == "lora_config.rank"
-    assert field_of(lambda: host.create_run("b", LoraConfig(rank=257))) == "lora_config.rank"
+    too_big = LoraConfig(rank=MAX_LORA_RANK + 1)
+    assert field_of(lambda: host.create_run("b", too_big)) == "lora_config.rank"
     bad = LoraConfig(rank=4, target_modules=["q_proj", "qproj"])
     assert field_of(lambda: host.create_run("b", bad)) == "lora_config.target_modules[1]"
     off = LoraConfig(rank=4, train_attn=False, train_mlp=False, train_unembed=False)

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from workers.tinker.losses import LOSSES
+from workers.losses.registry import CLIENT_SIDE_CUSTOM, REFUSED, SPECS
+from workers.losses.terms import LOSSES, ppo, register_loss
 
 LP = [-1.0, -0.5, -2.0]  # the learner's log-probs
 Q = [-1.2, -1.5, -1.0]  # the sampler's: ratios exp(0.2), exp(1.0), exp(-1.0)
@@ -16,13 +17,12 @@ ADV = [1.0, 2.0, -1.0]
 
 def run(name: str, config: dict | None = None, **extra) -> tuple[list[float], list[float]]:
     """Elementwise loss and its gradient with respect to the learner's log-probs."""
-    loss = LOSSES[name]
-    cfg = {**loss.config, **(config or {})}
+    cfg = {**SPECS[name].config, **(config or {})}
     lp = torch.tensor(LP, dtype=torch.float64, requires_grad=True)
     x = {"logprobs": torch.tensor(Q, dtype=torch.float64),
          "advantages": torch.tensor(ADV, dtype=torch.float64)}  # fmt: skip
     x.update({k: torch.tensor(v, dtype=torch.float64) for k, v in extra.items()})
-    out = loss.fn(lp, x, cfg)
+    out = LOSSES[name](lp, x, cfg)
     out.sum().backward()
     return out.tolist(), lp.grad.tolist()
 
@@ -90,3 +90,27 @@ def test_gspo_token_carries_the_sequence_ratio() -> None:
     assert grad == pytest.approx([-s, -2 * s, s])
     _, grad = run("gspo", {"clip_high_threshold": 1.05})  # s clipped where A > 0: no gradient
     assert grad == pytest.approx([0.0, 0.0, s])
+
+
+def test_each_registered_name_has_one_term() -> None:
+    assert sorted(LOSSES) == sorted(SPECS)
+    with pytest.raises(ValueError, match="twice"):
+        register_loss("ppo")(ppo)
+    with pytest.raises(KeyError):
+        register_loss("nll")(ppo)
+    assert not REFUSED.keys() & SPECS.keys()
+
+
+def test_the_sdks_client_side_custom_loss_gets_its_gradient() -> None:
+    """forward_backward_custom: a forward with weights 0 (the SDK's default), then
+    CLIENT_SIDE_CUSTOM with weights = -dC/d lp; the backward then carries C's gradient."""
+    lp = torch.tensor(LP, dtype=torch.float64, requires_grad=True)
+    custom = (lp**2).sum() + lp[0] * lp[2]  # any C(logprobs)
+    (grad_c,) = torch.autograd.grad(custom, lp)
+    term = LOSSES[CLIENT_SIDE_CUSTOM]
+    zero = {"weights": torch.zeros(3, dtype=torch.float64)}
+    assert term(lp, zero, {}).tolist() == [0.0, 0.0, 0.0]
+    term(lp, {"weights": -grad_c}, {}).sum().backward()
+    assert lp.grad.tolist() == pytest.approx(grad_c.tolist())
+    # the SDK's _CUSTOM_BACKEND_LOSS_FN_BY_INPUT_TYPE["logprobs"] (tinker 0.38.0)
+    assert CLIENT_SIDE_CUSTOM == "cross_entropy" and "weights" in SPECS[CLIENT_SIDE_CUSTOM].inputs
