@@ -289,9 +289,10 @@ def train_local(
 
     from workers.local_train import local_errors, run_local
 
+    shown_as_one_line: tuple[type[Exception], ...] = (ValidationError, OSError, *local_errors())
     try:
         run_local(spec, out, resume_from=resume_from, device=device, nproc=nproc)
-    except (ValidationError, OSError, *local_errors()) as exc:
+    except shown_as_one_line as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
 

@@ -89,9 +89,9 @@ def revoke_api_key(session: Session, key: str) -> int:
     else:
         keys = session.scalars(select(ApiKey).where(ApiKey.prefix == key))
     count = 0
-    for key in keys:
-        if key.revoked_at is None:
-            key.revoked_at = utcnow()
+    for row in keys:
+        if row.revoked_at is None:
+            row.revoked_at = utcnow()
             count += 1
     session.flush()
     return count

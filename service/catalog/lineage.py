@@ -43,8 +43,12 @@ def find_sampler_weights(
 
 def lineage_rows(session: Session, ids: Iterable[str]) -> list[LineageRow | None]:
     """The rows of a lineage, in its order; None for a deleted one."""
-    model = {True: TinkerCheckpoint, False: Checkpoint}
-    return [session.get(model[i.startswith(TINKER_ID_PREFIX)], i) for i in ids]
+    return [
+        session.get(TinkerCheckpoint, i)
+        if i.startswith(TINKER_ID_PREFIX)
+        else session.get(Checkpoint, i)
+        for i in ids
+    ]
 
 
 def is_full(row: LineageRow | None) -> bool:

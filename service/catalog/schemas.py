@@ -70,7 +70,7 @@ class ModelOut(BaseModel):
             size_bytes=ckpt.size_bytes,
             job=job.id,
             step=ckpt.step,
-            format=ckpt.format,  # type: ignore[arg-type]
+            format=ckpt.format,
             final=ckpt.step == job.total_steps,
         )
 

@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy import CursorResult, Engine, Result, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.settings import Settings, get_settings
@@ -39,7 +39,7 @@ def make_engine(url: str) -> Engine:
         )
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(conn, _record) -> None:  # type: ignore[no-untyped-def]
+        def _sqlite_pragmas(conn, _record) -> None:
             # WAL lets the API read while the worker writes; busy_timeout makes writers queue.
             cur = conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
@@ -178,3 +178,8 @@ def end_unit_of_work(session: Session, failed: bool) -> None:
             callback()
     finally:
         session.close()
+
+
+def rows_matched(result: Result[Any]) -> int:
+    """The rows an UPDATE or DELETE matched: its result is a cursor's, which counts them."""
+    return cast("CursorResult[Any]", result).rowcount

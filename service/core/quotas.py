@@ -29,7 +29,7 @@ def check_dataset_quota(session: Session, settings: Settings, tenant_id: str, si
             f"you have {count} datasets, the most a tenant may keep "
             f"({settings.max_datasets_per_tenant}): delete some (DELETE /v1/datasets/{{id}})"
         )
-    limit = settings.max_dataset_bytes_per_tenant
+    limit, stored = settings.max_dataset_bytes_per_tenant, int(stored or 0)
     if stored + size > limit:
         raise too_large(
             f"this dataset ({size} bytes) would bring your datasets to {stored + size} bytes, "

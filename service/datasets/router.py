@@ -55,7 +55,7 @@ async def _read_upload(request: Request, settings: Settings) -> tuple[str, Built
             errors.append(FieldError(path="$.name", message="a string of 1 to 200 characters"))
         if not isinstance(upload, UploadFile):
             errors.append(FieldError(path="$.file", message="a JSONL file is required"))
-        if errors:
+        if errors or not isinstance(upload, UploadFile):
             raise invalid(errors)
         data = await upload.read()
         built = await run_in_threadpool(

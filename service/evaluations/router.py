@@ -39,7 +39,7 @@ def _out(row: Evaluation) -> EvaluationOut:
     spec = row.spec
     return EvaluationOut(
         id=row.id,
-        status=row.status,  # type: ignore[arg-type]
+        status=row.status,
         model=row.model,
         dataset=spec["dataset"],
         verifiers=spec["verifiers"],
@@ -50,8 +50,8 @@ def _out(row: Evaluation) -> EvaluationOut:
         records=spec["records"],
         seed=spec.get("seed", 0),
         queue=row.queue,
-        results=row.results,  # type: ignore[arg-type]
-        error=row.error,  # type: ignore[arg-type]
+        results=row.results,
+        error=row.error,
         usage=EvaluationUsage(
             device_seconds=row.device_seconds, completion_tokens=row.completion_tokens
         ),

@@ -25,6 +25,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from service.core import leases
+from service.core.db import rows_matched
 from service.models import Evaluation, EvaluationSample
 from service.models.base import utcnow
 
@@ -127,12 +128,14 @@ def cancel(session: Session, row: Evaluation) -> bool:
     if row.status not in moves:
         return False
     status, finished = moves[row.status]
-    done = session.execute(
-        update(Evaluation)
-        .where(Evaluation.id == row.id, Evaluation.status == row.status)
-        .values(status=status, finished_at=finished)
-        .execution_options(synchronize_session=False)
-    ).rowcount
+    done = rows_matched(
+        session.execute(
+            update(Evaluation)
+            .where(Evaluation.id == row.id, Evaluation.status == row.status)
+            .values(status=status, finished_at=finished)
+            .execution_options(synchronize_session=False)
+        )
+    )
     session.refresh(row)
     return bool(done) or row.status in ("cancelling", "cancelled")
 

@@ -11,7 +11,7 @@ from service.core.openai_ids import to_openai
 from service.files.lines import EXTRA_BYTES_PER_LINE
 from service.models import Dataset
 
-PURPOSE = "fine-tune"
+PURPOSE: Literal["fine-tune"] = "fine-tune"
 
 
 def unix(value: datetime) -> int:

@@ -188,7 +188,10 @@ def create_job(
         "grpo": {**grpo, "seed": seed},
         **cadence,
     }
-    extras = {"name": body.suffix, "eval_dataset": validation.id if validation else None}
+    extras: dict[str, Any] = {
+        "name": body.suffix,
+        "eval_dataset": validation.id if validation else None,
+    }
     extras |= {"generation": body.generation, "lora": body.lora, "queue": body.queue}
     spec |= {k: v for k, v in extras.items() if v is not None}
     try:

@@ -58,7 +58,7 @@ def job_view(job: Job, progress: Progress | None = None) -> FineTuningJobOut:
         model=ft["model"],
         organization_id=job.tenant_id,
         seed=ft["seed"],
-        status=STATUS[job.status],  # type: ignore[arg-type]
+        status=STATUS[job.status],
         trained_tokens=progress.trained_tokens,
         training_file=ft["training_file"],
         validation_file=ft.get("validation_file"),
@@ -83,7 +83,7 @@ def event_view(event: JobEvent) -> FineTuningEventOut:
     return FineTuningEventOut(
         id=event_id(event.id),
         created_at=unix(event.at),
-        level=_level(event),  # type: ignore[arg-type]
+        level=_level(event),
         message=event.message,
         data=event.data or None,
         event_type=event.type,

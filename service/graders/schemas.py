@@ -3,8 +3,9 @@
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import JsonDict
 
-STRING_CHECK_EXAMPLE = {
+STRING_CHECK_EXAMPLE: JsonDict = {
     "type": "string_check",
     "name": "answer matches",
     "input": "{{sample.output_text}}",

@@ -16,7 +16,7 @@ import contextlib
 import hashlib
 import json
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -216,7 +216,7 @@ class IdempotentRoute(APIRoute):
     idempotency key and a JSON body, before any dependency runs; hands the endpoint's response
     to the idempotency dependency before its teardown."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
         parse_json = not getattr(self.endpoint, "reads_its_body", False)
         unstored: tuple[str, ...] = getattr(self.endpoint, "replayed_without", ())

@@ -32,7 +32,7 @@ router = APIRouter(
     responses=problems(400, 401, 404, 422, 429, 500, 502, 503, 504),
 )
 
-_OK = {
+_OK: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "An OpenAI completion object, or with `stream: true` server-sent events: "
         "`data: {chunk}` lines ending with `data: [DONE]`.",
@@ -134,17 +134,18 @@ async def _proxy_held(
             raise service.backend_problem(answer.status_code, content)
         if not service.forget_adapter(target):
             raise service.backend_problem(answer.status_code, content)
+    assert answer is not None  # the loop above ends on a 200 answer or raises
     rename = body.model if body.model != target.model else None
     if not body.stream:
         try:
-            here, content = await unless_gone(request, answer.aread())
+            here, answered = await unless_gone(request, answer.aread())
         except httpx.HTTPError as exc:
             raise _transport_problem(exc) from exc
         finally:
             await answer.aclose()
-        if not here or content is None:
+        if not here or answered is None:
             return Response(status_code=_GONE)
-        return Response(renamed_body(content, rename), media_type="application/json")
+        return Response(renamed_body(answered, rename), media_type="application/json")
     return _UpstreamStream(answer, rename)
 
 

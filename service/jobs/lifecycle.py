@@ -42,6 +42,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from service.core import leases
+from service.core.db import rows_matched
 from service.core.leases import LeaseLost as LeaseLost  # raised by fence and renew
 from service.models import FINAL_STATUSES, Checkpoint, Job, JobEvent, JobMetric, RolloutFile
 from service.models.base import utcnow
@@ -267,12 +268,14 @@ def end_attempt(
             "message": f"{job.attempts} attempts used, none finished; the last: {cause['message']}",
         }
         message = f"job failed: {error['message']}"
-    moved = session.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.epoch == epoch, Job.status == job.status)
-        .values(**_ended(status, error))
-        .execution_options(synchronize_session=False)
-    ).rowcount
+    moved = rows_matched(
+        session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.epoch == epoch, Job.status == job.status)
+            .values(**_ended(status, error))
+            .execution_options(synchronize_session=False)
+        )
+    )
     if not moved:
         return None
     ended_data = {"epoch": epoch, "attempt": job.attempts, **cause}
@@ -338,13 +341,15 @@ def _move_expired(
     session: Session, job: Job, status: str, message: str, error: dict | None = None
 ) -> bool:
     """Move an expired job on, only if nobody renewed or moved it since we read it."""
-    moved = session.execute(
-        update(Job)
-        .where(Job.id == job.id, Job.epoch == job.epoch, Job.status == job.status)
-        .where(Job.lease_until < utcnow())
-        .values(**_ended(status, error))
-        .execution_options(synchronize_session=False)
-    ).rowcount
+    moved = rows_matched(
+        session.execute(
+            update(Job)
+            .where(Job.id == job.id, Job.epoch == job.epoch, Job.status == job.status)
+            .where(Job.lease_until < utcnow())
+            .values(**_ended(status, error))
+            .execution_options(synchronize_session=False)
+        )
+    )
     if moved:
         data = {"status": status, "epoch": job.epoch, "attempts": job.attempts, "error": error}
         add_event(session, job.id, "status", message, data)

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from service.core.db import rows_matched
 from service.models import Preflight
 from service.models.base import utcnow
 from service.settings import Settings
@@ -28,16 +29,18 @@ def _cutoff(settings: Settings) -> Any:
 def claim(session: Session, preflight_id: str, settings: Settings) -> Preflight | None:
     """queued -> running for this worker; None when it was taken, or waited too long."""
     now = utcnow()
-    claimed = session.execute(
-        update(Preflight)
-        .where(
-            Preflight.id == preflight_id,
-            Preflight.status == "queued",
-            Preflight.created_at > _cutoff(settings),
+    claimed = rows_matched(
+        session.execute(
+            update(Preflight)
+            .where(
+                Preflight.id == preflight_id,
+                Preflight.status == "queued",
+                Preflight.created_at > _cutoff(settings),
+            )
+            .values(status="running", started_at=now)
+            .execution_options(synchronize_session=False)
         )
-        .values(status="running", started_at=now)
-        .execution_options(synchronize_session=False)
-    ).rowcount
+    )
     if not claimed:
         return None
     row = session.get(Preflight, preflight_id, populate_existing=True)
@@ -55,12 +58,14 @@ def finish(
     """running -> succeeded (`result`) or failed (`error`); False when it was no longer running."""
     status = "failed" if error is not None else "succeeded"
     return bool(
-        session.execute(
-            update(Preflight)
-            .where(Preflight.id == preflight_id, Preflight.status == "running")
-            .values(status=status, result=result, error=error, finished_at=utcnow())
-            .execution_options(synchronize_session=False)
-        ).rowcount
+        rows_matched(
+            session.execute(
+                update(Preflight)
+                .where(Preflight.id == preflight_id, Preflight.status == "running")
+                .values(status=status, result=result, error=error, finished_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+        )
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from service.core.db import after_commit, before_commit
+from service.core.db import after_commit, before_commit, rows_matched
 from service.core.ids import new_id
 from service.core.problems import FieldError, conflict, invalid, not_found
 from service.datasets.service import find_dataset_by_reference
@@ -321,11 +321,13 @@ def delete_checkpoint(session: Session, storage: ObjectStorage, job: Job, step: 
             "point of one"
         )
     # A Core DELETE: a concurrent delete (the API, the worker's pruning) just finds no row.
-    deleted = session.execute(
-        delete(Checkpoint)
-        .where(Checkpoint.id == row.id)
-        .execution_options(synchronize_session=False)
-    ).rowcount
+    deleted = rows_matched(
+        session.execute(
+            delete(Checkpoint)
+            .where(Checkpoint.id == row.id)
+            .execution_options(synchronize_session=False)
+        )
+    )
     if not deleted:
         raise not_found("checkpoint", f"{job.id}@{step}")
     message = f"checkpoint at step {row.step} deleted"

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from service.core.db import session_scope
+from service.core.db import rows_matched, session_scope
 from service.core.problems import FieldError
 from service.jobs import lifecycle
 from service.jobs.schemas import JobCreate
@@ -56,12 +56,14 @@ def beat(
     """Renew this worker's rows, creating them on its first beat. Only this worker writes
     them, so update-then-insert cannot race with another writer."""
     for queue in queues:
-        renewed = session.execute(
-            update(WorkerHeartbeat)
-            .where(WorkerHeartbeat.worker_id == worker_id, WorkerHeartbeat.queue == queue)
-            .values(last_seen_at=now)
-            .execution_options(synchronize_session=False)
-        ).rowcount
+        renewed = rows_matched(
+            session.execute(
+                update(WorkerHeartbeat)
+                .where(WorkerHeartbeat.worker_id == worker_id, WorkerHeartbeat.queue == queue)
+                .values(last_seen_at=now)
+                .execution_options(synchronize_session=False)
+            )
+        )
         if not renewed:
             hostname, _, pid = worker_id.rpartition(":")
             session.add(

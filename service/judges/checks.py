@@ -49,8 +49,8 @@ def judge_errors(
                 message = f"you have no secret '{secret}'"
                 errors.append(FieldError(path=f"{where}.endpoint_secret", message=message))
             continue
-        if message := _model_error(session, settings, tenant_id, model):
-            errors.append(FieldError(path=f"{where}.model", message=message))
+        if refusal := _model_error(session, settings, tenant_id, model):
+            errors.append(FieldError(path=f"{where}.model", message=refusal))
     return errors
 
 

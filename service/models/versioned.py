@@ -6,6 +6,7 @@ them. Each table keeps its own name and its unique constraint's name (`__table_a
 """
 
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
@@ -15,6 +16,10 @@ from service.models.base import utcnow
 
 class NamedVersion:
     """Mixin of a versioned table's columns: SQLAlchemy copies them onto each subclass."""
+
+    if TYPE_CHECKING:  # each subclass is declarative: its constructor takes the columns
+
+        def __init__(self, **columns: Any) -> None: ...
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)

@@ -51,7 +51,8 @@ def rotate_secrets(sessions: sessionmaker[Session], settings: Settings) -> Rotat
     return outcome
 
 
-def _describe(row: TenantSecret | Webhook) -> str:
+def _describe(row: object) -> str:
     if isinstance(row, TenantSecret):
         return f"{row.tenant_id}/{row.name}"
+    assert isinstance(row, Webhook)
     return f"{row.tenant_id}/webhook {row.id}"

@@ -6,6 +6,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from service.core.db import rows_matched
 from service.core.ids import new_id
 from service.core.problems import ProblemError, not_found
 from service.models import TenantSecret
@@ -49,11 +50,13 @@ def put_secret(
 
 
 def delete_secret(session: Session, tenant_id: str, name: str) -> None:
-    deleted = session.execute(
-        delete(TenantSecret)
-        .where(TenantSecret.tenant_id == tenant_id, TenantSecret.name == name)
-        .execution_options(synchronize_session=False)
-    ).rowcount
+    deleted = rows_matched(
+        session.execute(
+            delete(TenantSecret)
+            .where(TenantSecret.tenant_id == tenant_id, TenantSecret.name == name)
+            .execution_options(synchronize_session=False)
+        )
+    )
     if not deleted:  # another tenant's secret of that name is just as missing
         raise not_found("secret", name)
 

@@ -16,8 +16,8 @@ def make_tar(directory: Path) -> tuple[Path, str, int]:
         for item in sorted(directory.rglob("*")):
             tar.add(item, arcname=str(item.relative_to(directory)), recursive=False)
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
+    with path.open("rb") as stored:
+        for chunk in iter(lambda: stored.read(1 << 20), b""):
             digest.update(chunk)
     return path, digest.hexdigest(), path.stat().st_size
 

@@ -120,14 +120,14 @@ def _per_step(spec: dict) -> float:
 
 
 def _from_job(session: Session, shape: Shape, job: Job) -> EstimateOut:
-    seconds, completion, trained = session.execute(
+    used = session.execute(
         select(
             func.sum(JobUsage.device_seconds),
             func.sum(JobUsage.completion_tokens),
             func.sum(JobUsage.trained_tokens),
         ).where(JobUsage.job_id == job.id)
     ).one()
-    seconds, completion, trained = float(seconds or 0), float(completion), float(trained or 0)
+    seconds, completion, trained = float(used[0] or 0), float(used[1]), float(used[2] or 0)
     spec = job.spec or {}
     g = spec.get("grpo", {})
     old = Shape(

@@ -35,7 +35,9 @@ def _utc_day(value: datetime, field: str) -> tuple[date, bool]:
     return utc.date(), utc.time() == time()
 
 
-def _as_utc(value: datetime) -> datetime:
+def _as_utc(value: datetime | None) -> datetime:
+    if value is None:  # the queries below select only rows that have the time
+        raise ValueError("a metered row without its time")
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
@@ -154,7 +156,7 @@ def _tinker_time(
     """(run, finished at, device-seconds) of the tenant's executed Tinker requests; a base
     model's sampling, outside any run, under the base model's name."""
     until = datetime.combine(stop, time(), UTC)
-    yield from session.execute(
+    found = session.execute(
         select(
             func.coalesce(TinkerRequest.run_id, TinkerRequest.base_model),
             TinkerRequest.finished_at,
@@ -166,6 +168,8 @@ def _tinker_time(
             TinkerRequest.finished_at < until,
         )
     ).tuples()
+    for run, finished, seconds in found:
+        yield run, _as_utc(finished), seconds
 
 
 def _stored_objects(

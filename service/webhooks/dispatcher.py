@@ -23,7 +23,6 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -91,7 +90,7 @@ def claim(
         .limit(limit)
     ).all()
     lease = timedelta(seconds=2 * settings.webhook_timeout_s + 30)
-    rows: list[Row[Any]] = []
+    rows: list[Row[str, int, datetime, str, str]] = []  # id, attempts, created, body, hook
     for webhook_id in due_webhooks:
         room = min(cap - in_flight.get(webhook_id, 0), limit - len(rows))
         if room <= 0:

@@ -43,12 +43,12 @@ class NotResumable(ValueError):
 
 def rng_state(sampler_generator: torch.Generator) -> dict[str, Any]:
     """RNG states of torch, python, numpy and the sampling generator (torch.load-safe types)."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    kind, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         "python": random.getstate(),
-        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+        "numpy": [kind, torch.from_numpy(np.asarray(keys, dtype=np.int64)), pos, has_gauss, gauss],
         "sampler": sampler_generator.get_state(),
     }
 

@@ -176,7 +176,12 @@ class Ranks:
         per-token ones are weighted by each process's tokens, as one process weights them."""
         keys = sorted(stats)
         tokens, completion = loss_mask.sum().double(), completion_mask.sum().double()
-        weight = {"loss": 1.0, "policy_loss": 1.0, "grad_norm": 0.0, "entropy": completion}
+        weight: dict[str, float | Tensor] = {
+            "loss": 1.0,
+            "policy_loss": 1.0,
+            "grad_norm": 0.0,
+            "entropy": completion,
+        }
         row = [torch.as_tensor(_local(stats[k])).double() * weight.get(k, tokens) for k in keys]
         both = torch.stack([*row, tokens, completion])  # (K + 2,)
         dist.all_reduce(both)

@@ -107,7 +107,7 @@ def grpo_loss(
     adv = advantages.unsqueeze(1)  # (N, 1)
     policy = clipped_surrogate(ratio, adv, 1 - clip_epsilon, 1 + clip_epsilon_high)  # (N, T)
     tis = sampler_logprobs is not None and importance_cap is not None
-    if tis:
+    if sampler_logprobs is not None and importance_cap is not None:
         weight, capped = importance_weights(old, sampler_logprobs, importance_cap)  # (N, T)
         policy = policy * weight  # (N, T)
     if ref_logprobs is not None:

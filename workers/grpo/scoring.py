@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 import torch
 from torch import Tensor
@@ -25,7 +25,7 @@ class Scorer(Protocol):
     def score(self, samples: list[dict]) -> tuple[list[float | None], list[str | None]]: ...
 
 
-def _valid(score: float | None) -> bool:
+def _valid(score: float | None) -> TypeGuard[float]:
     return score is not None and math.isfinite(score)
 
 

@@ -54,7 +54,8 @@ def clipped_surrogate(
     ratio: Tensor, advantages: Tensor, lo: float | Tensor, hi: float | Tensor
 ) -> Tensor:
     """PPO's clipped objective, negated: -min(rho * A, clip(rho, lo, hi) * A), elementwise."""
-    clipped = torch.clamp(ratio, lo, hi)
+    # torch's stubs overload clamp on floats or on tensors, not on the union both run with
+    clipped = torch.clamp(ratio, lo, hi)  # type: ignore[arg-type]
     return -torch.min(ratio * advantages, clipped * advantages)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 # The columns of a sample table, in order (rows may carry more keys: they are dropped).
 SAMPLE_COLUMNS = ("step", "group", "index", "prompt", "completion", "reward", "advantage")
@@ -16,7 +16,7 @@ class TrackingConfig:
     report_to: list[str]
     project: str = "grpo-service"
     mlflow_tracking_uri: str | None = None
-    wandb_mode: str | None = None  # None: online with a key, else offline
+    wandb_mode: Literal["online", "offline"] | None = None  # None: online with a key, else offline
     wandb_entity: str | None = None
     wandb_api_key: str | None = field(default=None, repr=False)
     trackio_space_id: str | None = None

@@ -29,7 +29,7 @@ class MlflowTracker:
 
     def __init__(self, config: TrackingConfig) -> None:
         self.config = config
-        self.run_id: str | None = None
+        self.run_id = ""  # `start` opens or finds it
         self.held_through = 0  # the highest step the run held when this attempt began
 
     def start(self, job_id: str, name: str, spec: dict[str, Any]) -> None:

@@ -4,7 +4,7 @@ or offline (runs under the tracker directory, for `wandb sync`)."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 from workers.tracking.config import SAMPLE_COLUMNS, TrackingConfig, numeric, sample_table
 
@@ -19,7 +19,7 @@ class WandbTracker:
         self.run: Any = None
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> Literal["online", "offline"]:
         return self.config.wandb_mode or ("online" if self.config.wandb_api_key else "offline")
 
     def start(self, job_id: str, name: str, spec: dict[str, Any]) -> None:

@@ -162,6 +162,7 @@ def open_composite(
     resolved, _ = _walk(cfg, resolve, _path, pin=False)
     with ExitStack() as stack:
         parts: list[tuple[str, float, Verifier]] = []
+        inner: Verifier
         for part, (version, kind, conf) in zip(cfg.parts, resolved, strict=True):
             label = f"{part.name}@{version}"
             if kind == "composite":

@@ -6,6 +6,7 @@ This module is imported by the API process, so it must stay free of torch, FastA
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
@@ -167,13 +168,13 @@ class JsonSchemaConfig(_Config):
             message = f"schema nests {depth} levels deep; the limit is {MAX_SCHEMA_DEPTH}"
             raise _custom("json_schema", message)
         for where, pattern in schema_patterns(v):
-            if message := _pattern_error(pattern, ()):
-                raise _custom("json_schema", f"at {'/'.join(map(str, where))}: {message}")
+            if refusal := _pattern_error(pattern, ()):
+                raise _custom("json_schema", f"at {'/'.join(map(str, where))}: {refusal}")
         try:
             validators.validator_for(v).check_schema(v)
         except exceptions.SchemaError as exc:
-            where = "/".join(map(str, exc.absolute_path)) or "<root>"
-            message = f"not a valid JSON Schema at {where}: {exc.message}"
+            at = "/".join(map(str, exc.absolute_path)) or "<root>"
+            message = f"not a valid JSON Schema at {at}: {exc.message}"
             raise _custom("json_schema", message) from None
         return v
 
@@ -205,7 +206,7 @@ MODELS: dict[str, type[BaseModel]] = {
 }
 
 
-def _pattern_error(pattern: str, flags: tuple[str, ...] | list[str]) -> str | None:
+def _pattern_error(pattern: str, flags: Sequence[str]) -> str | None:
     try:
         compile_pattern(pattern, flags)
     except PatternError as exc:

@@ -106,7 +106,7 @@ def _value(node: ast.AST, values: dict[str, float]) -> float:
         return result
     if isinstance(node, ast.UnaryOp):
         return _UNARY[type(node.op)](_value(node.operand, values))
-    if isinstance(node, ast.Constant):
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):  # `_check`ed
         return float(node.value)
     if isinstance(node, ast.Name):
         return values[node.id]

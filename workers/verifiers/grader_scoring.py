@@ -88,6 +88,7 @@ def grader_function(grader: Grader) -> Callable[[Sample], float]:
         raise ValueError(f"the {grader.type} grader does not run in process")
     text_template = parse_template(grader.input)
     reference_template = parse_template(grader.reference)
+    compare: Callable[[str, str], float]
     if isinstance(grader, StringCheckGrader):
         check = _OPERATIONS[grader.operation]
 

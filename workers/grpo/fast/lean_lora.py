@@ -77,11 +77,12 @@ def factored(module: Any) -> tuple[Tensor, Tensor | None, list[LowRank]]:
 
 def low_rank_outputs(x: Tensor, updates: list[list[LowRank]], widths: list[int]) -> Tensor:
     """The updates of maps of widths `widths` (outputs concatenated) for input x (..., in)."""
-    parts = []
+    parts: list[Tensor] = []
     for map_updates, width in zip(updates, widths, strict=True):
         part = x.new_zeros(*x.shape[:-1], width) if not map_updates else None
         for u in map_updates:
             y = (x @ u.a.to(x.dtype).t()) @ u.b.to(x.dtype).t() * u.scale  # (..., width)
             part = y if part is None else part + y
+        assert part is not None  # zeros, or the first update's product
         parts.append(part)
     return parts[0] if len(parts) == 1 else torch.cat(parts, -1)

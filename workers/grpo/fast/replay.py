@@ -154,4 +154,5 @@ class _ReplayedLinear(torch.autograd.Function):
             if bias is not None and needs[3 + 2 * k]:
                 gb = g_i.sum(0)
             grads += [gw, gb]
+        assert grad_x is not None  # a fused map has at least one weight
         return (grad_x.view_as(x).to(x.dtype) if needs[0] else None), None, *grads
