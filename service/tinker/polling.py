@@ -5,6 +5,7 @@ asks), a failure `{error, category}`, or `try_again` with the request's place in
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -36,12 +37,12 @@ def _read(tenant_id: str, request_id: str) -> tuple[TinkerRequest, int]:
 
 async def wait(tenant_id: str, request_id: str) -> tuple[TinkerRequest, int]:
     deadline = time.monotonic() + get_settings().tinker_long_poll_s
-    for attempt in range(1_000_000):
+    pauses = itertools.chain(_STEP_S, itertools.repeat(_STEP_S[-1]))
+    while True:
         row, ahead = await run_in_threadpool(_read, tenant_id, request_id)
         if row.status not in futures.OPEN or time.monotonic() >= deadline:
             return row, ahead
-        await anyio.sleep(_STEP_S[min(attempt, len(_STEP_S) - 1)])
-    raise AssertionError("unreachable")
+        await anyio.sleep(next(pauses))
 
 
 def answer(found: tuple[TinkerRequest, int], protobuf: bool) -> Response:
