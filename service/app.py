@@ -77,7 +77,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.storage = open_storage_from_settings(settings)
         # What the process holds once started (the modules, their tables, the settings) lives
         # as long as it: out of the collector's sight, a full collection scans only what the
-        # requests made since, a stall of 20-40 ms instead of 130-170 ms (bench/README.md).
+        # requests made since: a much shorter stall (bench/README.md, "Figures behind design
+        # choices").
         gc.freeze()
         yield
         # Wake-ups of jobs committed just before the shutdown: published, or the reconciler's.

@@ -75,7 +75,7 @@ def exit_status(code: object) -> int:
 def exit_now(code: int) -> None:
     """End this process once its outcome is committed and what it opened is closed: logs and
     standard streams flushed, without the interpreter's teardown (in a process that loaded
-    torch, ~2 s of unloading thousands of modules, which keeps a worker from its next task)."""
+    torch, seconds of unloading thousands of modules, which keep a worker from its next task)."""
     import logging
 
     logging.shutdown()

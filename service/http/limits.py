@@ -62,8 +62,8 @@ class BodyLimitMiddleware:
 
 # Job submissions in flight at once, per process, from their validation to their commit; the
 # others wait their turn on the event loop, first come first served (anyio's limiter queues its
-# waiters in order). A submission is ~10 ms of Python holding the GIL, most of it in the
-# database driver: more threads at it do not add CPU, they only slow each other down handing
+# waiters in order). A submission is Python holding the GIL, most of it in the database
+# driver: more threads at it do not add CPU, they only slow each other down handing
 # the GIL back and forth, the one that holds its tenant's lock at the commit included. Chosen
 # with `bench/api_load.py`: 2 served the most creations a second with the shortest p99
 # (bench/README.md).

@@ -1,9 +1,10 @@
 """A fair queue in front of the inference backend (issue 34 item 8).
 
 Why: the backend serves what reaches it first come first served, so whoever sends the most
-requests is served the most. 8 concurrent `/v1/completions` of one tenant (max_tokens 1000,
-n 16) made another tenant's 8-token request take 54-119 s. Refusing a tenant's requests beyond
-its slots at once (a 429) bounds that, but turns every short burst into errors.
+requests is served the most: one tenant's long concurrent completions kept another tenant's
+short request waiting for minutes (bench/README.md, "Figures behind design choices").
+Refusing a tenant's requests beyond its slots at once (a 429) bounds that, but turns every
+short burst into errors.
 
 So each API process lets at most `total` requests reach the backend, at most `per_tenant` of
 one tenant. A request beyond either waits in its tenant's own queue (at most `queue_depth`

@@ -158,7 +158,7 @@ def open_run(
     )  # fmt: skip
     if resume_from is not None:
         state = load_trainer_state(Path(resume_from))
-        # torch.distributed.checkpoint costs ~1.6 s to import: only a resume or N ranks need it
+        # torch.distributed.checkpoint is slow to import: only a resume or N ranks need it
         from workers.grpo.sharded import load_optimizer
 
         load_optimizer(Path(resume_from), state, policy.model, optimizer)

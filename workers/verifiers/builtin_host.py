@@ -1,10 +1,10 @@
 """Built-in verifier kinds run in a helper process, each batch under a deadline.
 
 Why a process: the built-in kinds are ours, their input is not, and a pathological input can
-keep one busy in C code that holds the GIL (measured on the 2-core development machine: the
-numeric kind's LaTeX clean-up, Python `re` backtracking over `\\frac{` followed by 1,600
-spaces, held the GIL 2.1 s, cubic in the spaces; a json_schema `anyOf` of two `$ref`s over an
-array nested 16 deep took 7 s, doubling per level). Proving each kind linear would have to be
+keep one busy in C code that holds the GIL for seconds (the numeric kind's LaTeX clean-up:
+Python `re` backtracking over `\\frac{` followed by spaces, cubic in the spaces; a
+json_schema `anyOf` of two `$ref`s over a deeply nested array, doubling per level: figures in
+bench/README.md, "Figures behind design choices"). Proving each kind linear would have to be
 redone for every kind and every library upgrade; a thread cannot interrupt C code; a process
 can be killed. So every built-in batch is sent to a helper (`_builtin_child.py`), whose answer
 must come within GRPO_BUILTIN_VERIFIER_TIMEOUT_S (10 s by default, the python kind's default
