@@ -17,12 +17,11 @@ from typing import Any
 
 import torch
 
-from workers.grpo.device import use_cpu_weight_layout
 from workers.inference.params import ModelRef
+from workers.models import lora
+from workers.models.loading import ModelLoadError, load_pretrained
 
-
-class ModelLoadError(RuntimeError):
-    """The weights could not be loaded; the message says which and why."""
+__all__ = ["LoadedBase", "ModelLoadError", "ModelPool", "PoolStats"]
 
 
 @dataclass
@@ -92,27 +91,12 @@ class ModelPool:
         return self.bases[key]
 
     def _load(self, ref: ModelRef) -> LoadedBase:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        # fp32 on CPU (no fast half-precision kernels there); the saved dtype on an accelerator
-        dtype = torch.float32 if self.device == "cpu" else "auto"
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(ref.weights)
-            model = AutoModelForCausalLM.from_pretrained(ref.weights, dtype=dtype)
-            if ref.merged:
-                from peft import PeftModel
-
-                for adapter in ref.merged:  # the lineage under the served weights, oldest first
-                    model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
-        except Exception as exc:  # noqa: BLE001 - any failure here is about these weights
-            raise ModelLoadError(f"cannot load model {ref.label!r}: {exc}") from exc
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        model = model.to(self.device).eval()
-        model.requires_grad_(False)
-        if self.device == "cpu":  # x @ W.T as a plain product: faster few-row decoding
-            use_cpu_weight_layout(model, column_major=True)
-        return LoadedBase(model, tokenizer)
+        # frozen: bf16 on a GPU, fp32 on CPU (no fast half-precision kernels there), with the
+        # lineage under the served weights merged in, oldest first; on CPU x @ W.T as a plain
+        # product (column-major weights): faster few-row decoding
+        loaded = load_pretrained(ref.weights, self.device, frozen=True, merge=ref.merged,
+                                 column_major=True, label=f"model {ref.label!r}")  # fmt: skip
+        return LoadedBase(loaded.model, loaded.tokenizer)
 
     def _adapter(self, base: LoadedBase, ref: ModelRef) -> str:
         assert ref.adapter is not None
@@ -125,13 +109,8 @@ class ModelPool:
             old, _ = base.adapters.popitem(last=False)
             base.model.delete_adapter(old)
             self.stats.adapter_evictions += 1
-        from peft import PeftModel
-
         try:
-            if isinstance(base.model, PeftModel):
-                base.model.load_adapter(ref.adapter, adapter_name=name)
-            else:
-                base.model = PeftModel.from_pretrained(base.model, ref.adapter, adapter_name=name)
+            base.model = lora.load_adapter(base.model, ref.adapter, name=name)
         except Exception as exc:  # noqa: BLE001 - a broken or mismatched adapter
             raise ModelLoadError(f"cannot load adapter {ref.label!r}: {exc}") from exc
         base.model.eval()

@@ -23,12 +23,13 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from workers.grpo.logprobs import token_logprobs
 from workers.losses.terms import LOSSES
+from workers.models.loading import load_pretrained
+from workers.models.lora import linear_layers
 from workers.tinker import validation as check
-from workers.tinker.adapters import AdapterStack, linear_layers, peft_config
+from workers.tinker.adapters import AdapterStack, peft_config
 from workers.tinker.finite import NotFinite, Snapshot, finite, grads
 from workers.tinker.sampler import Draw, StopRule, fresh_seed, sample_sequences
 from workers.tinker.types import (
@@ -61,17 +62,17 @@ class LoraHost:
         device: str = "cpu",
         state_dir: Path,
         max_resident_runs: int = 16,
-        dtype: str = "float32",
+        dtype: str | None = None,
     ) -> None:
-        """`dtype`: the base weights' (bfloat16 halves a large base); adapters, their Adam state
-        and the losses stay fp32 (peft keeps adapters fp32 on a low-precision base)."""
-        self.tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
-        model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=getattr(torch, dtype))
-        model = model.to(device).eval().requires_grad_(False)
-        self.model = model
-        self.adapters = AdapterStack(model, str(base_model_dir))
-        self.layers = linear_layers(model)
-        config = model.config
+        """The base is frozen: its weights load as the model loader loads frozen weights
+        (bf16 on a GPU, fp32 on CPU) unless `dtype` names one (`float32` on a GPU). Adapters,
+        their Adam state and the losses stay fp32 (peft keeps adapters fp32 on a bf16 base)."""
+        chosen = None if dtype is None else getattr(torch, dtype)
+        loaded = load_pretrained(base_model_dir, device, frozen=True, dtype=chosen)
+        self.tokenizer, self.model = loaded.tokenizer, loaded.model
+        self.adapters = AdapterStack(self.model, str(base_model_dir))
+        self.layers = linear_layers(self.model)
+        config = self.model.config
         self.limits = check.ModelLimits(config.vocab_size, config.max_position_embeddings)
         self.max_resident = max(1, max_resident_runs)
         # a folder of this host's own: hosts that share a state_dir never read each other's runs

@@ -15,13 +15,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from workers.grpo.device import use_cpu_weight_layout
 from workers.grpo.fast.lean import supported
 from workers.grpo.fast.logprobs import completion_logprobs
 from workers.grpo.fast.replay import DecodeRecord, Replay
 from workers.grpo.fast.sampling import FastSampler
 from workers.grpo.packing import Pack, packed_logprobs
 from workers.grpo.sampling import Generation
+from workers.models.layout import use_cpu_weight_layout
 
 
 def supports(model: Any) -> bool:
@@ -32,7 +32,7 @@ def supports(model: Any) -> bool:
 
 def _prepare(model: Any) -> None:
     """On CPU, linear weights column-major where decoding goes through the model's own forward
-    (`device.use_cpu_weight_layout`); the lean decoder packs row-major ones."""
+    (`workers.models.layout`); the lean decoder packs row-major ones."""
     if next(model.parameters()).device.type != "cpu":
         return
     training = model.training
