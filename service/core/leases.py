@@ -8,6 +8,7 @@ process another worker's claim replaced) writes nothing.
     claim    queued (or running with lease_until < now) -> running, epoch += 1
     renew    lease_until = now + lease, only while the row is still this epoch's and active
     fence    the first statement of a run's every write: WHERE epoch = mine, else LeaseLost
+    fail_lapsed  running with lease_until < now -> failed (rows that are never run twice)
 """
 
 from __future__ import annotations
@@ -80,3 +81,16 @@ def fence(session: Session, model: Any, row_id: str, epoch: int, active: Sequenc
     if status is None:
         raise LeaseLost(f"{row_id} epoch {epoch} no longer holds the lease")
     return status
+
+
+def fail_lapsed(session: Session, model: Any, error: dict[str, Any]) -> int:
+    """Fail the running rows whose lease lapsed, with `error`; how many. For rows that are not
+    claimed again (a Tinker request: not idempotent). A row running with no lease (claimed
+    before it had one) counts as lapsed."""
+    now = utcnow()
+    return session.execute(
+        update(model)
+        .where(model.status == "running", or_(model.lease_until < now, model.lease_until.is_(None)))
+        .values(status="failed", error=error, finished_at=now)
+        .execution_options(synchronize_session=False)
+    ).rowcount

@@ -5,11 +5,23 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from service.models.base import Base, utcnow
 
+# What a request whose lease lapsed answers (service.core.leases.fail_lapsed).
+LEASE_LAPSED = {
+    "error": "the tinker worker running this request stopped renewing its lease (it died, hung "
+    "or lost the database) before it finished: the request was failed and will not run again; "
+    "its run's unsaved state may be lost with that worker (load_state from a checkpoint)",
+    "category": "server",
+}
+
 
 class TinkerRequest(Base):
     """One Tinker request (a future, the SDK's `request_id`): queued by the API, claimed and
     executed by a tinker worker (`grpo-service tinker-worker`), read back by retrieve_future.
-    `seq` orders the queue: a tenant's requests run oldest first, tenants take turns."""
+    `seq` orders the queue: a tenant's requests run oldest first, tenants take turns.
+
+    Claimed under a lease as a job is (service/core/leases.py): `epoch` the claim's fencing
+    token, `lease_until` renewed by the worker while the request runs. A request whose lease
+    lapsed is failed, never claimed again (`futures.fail_lapsed`)."""
 
     __tablename__ = "tinker_requests"
     __table_args__ = (
@@ -28,7 +40,9 @@ class TinkerRequest(Base):
     result: Mapped[dict | None] = mapped_column(default=None)
     error: Mapped[dict | None] = mapped_column(default=None)  # {"error", "category"}
     device_seconds: Mapped[float] = mapped_column(Float, default=0.0)
-    worker: Mapped[str | None] = mapped_column(String(200), default=None)
+    worker: Mapped[str | None] = mapped_column(String(200), default=None)  # who claimed it
+    epoch: Mapped[int] = mapped_column(Integer, default=0)
+    lease_until: Mapped[datetime | None] = mapped_column(default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)

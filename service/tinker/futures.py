@@ -6,26 +6,37 @@ run in the order the SDK sent them: it sends the next only once the previous was
 tenants take turns, the one served longest ago first. A claim is one conditional UPDATE on the
 status it leaves (`queued`), so two workers never both take a request, on PostgreSQL as on
 SQLite, with no lock held between the read and the claim.
+
+Leases: a claim takes a lease of `lease_seconds` (epoch 1: a request is claimed once), the
+worker renews it while the request runs and fences its outcome on it (service/core/leases.py).
+A request whose lease lapsed (its worker died, hung, or lost the database) is failed with
+LEASE_LAPSED by `fail_lapsed`, run by the reconciler and by every tinker worker: never queued
+again, since a request is not idempotent (an optim_step twice is two steps) and the run's state
+it changed died with the worker's memory.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from service.core import leases
 from service.core.ids import new_id
 from service.models import CatalogModel, TinkerRequest, TinkerRun
 from service.models.base import utcnow
+from service.models.tinker_request import LEASE_LAPSED
 from service.tinker import schemas
 from service.tinker.service import bad_request, missing
 from workers.tinker import validation as check
 from workers.tinker.types import Datum, SamplingParams, TinkerInputError
 
 OPEN = ("queued", "running")
+RUNNING = ("running",)  # the status a claim's lease holds (service.core.leases' `active`)
 
 
 def submit(
@@ -130,9 +141,12 @@ def claim_next(
     worker: str,
     last_served: Mapping[str, float],
     bases: Collection[str] | None = None,
+    *,
+    lease_seconds: float,
 ) -> TinkerRequest | None:
-    """The next request for this worker, or None: the oldest queued request of the tenant
-    served longest ago, among tenants with nothing running (a tenant's requests one at a time)."""
+    """The next request for this worker, claimed under a lease of `lease_seconds`, or None:
+    the oldest queued request of the tenant served longest ago, among tenants with nothing
+    running (a tenant's requests one at a time)."""
     queued = select(TinkerRequest.tenant_id, func.min(TinkerRequest.seq)).where(
         TinkerRequest.status == "queued"
     )
@@ -149,10 +163,17 @@ def claim_next(
     for tenant_id, seq in sorted(heads, key=lambda h: (last_served.get(h[0], 0.0), h[1])):
         if tenant_id in busy:
             continue
+        now = utcnow()
         claimed = session.execute(
             update(TinkerRequest)
             .where(TinkerRequest.seq == seq, TinkerRequest.status == "queued")
-            .values(status="running", started_at=utcnow(), worker=worker)
+            .values(
+                status="running",
+                started_at=now,
+                worker=worker,
+                epoch=TinkerRequest.epoch + 1,
+                lease_until=now + timedelta(seconds=lease_seconds),
+            )
             .execution_options(synchronize_session=False)
         ).rowcount
         if claimed:
@@ -167,10 +188,16 @@ def finish(
     result: dict[str, Any] | None = None,
     error: dict[str, Any] | None = None,
     device_seconds: float = 0.0,
+    epoch: int | None = None,
 ) -> None:
+    """The request's outcome, while it is running (under the claim of `epoch` when given: the
+    worker fences first, service.core.leases.fence, and this holds to the same claim)."""
+    held = [TinkerRequest.seq == seq, TinkerRequest.status == "running"]
+    if epoch is not None:
+        held.append(TinkerRequest.epoch == epoch)
     session.execute(
         update(TinkerRequest)
-        .where(TinkerRequest.seq == seq, TinkerRequest.status == "running")
+        .where(*held)
         .values(
             status="failed" if error is not None else "done",
             result=result,
@@ -182,18 +209,9 @@ def finish(
     )
 
 
-def fail_abandoned(session: Session, worker: str) -> int:
-    """Requests this worker (by name) was running when it stopped: failed, for the SDK to see."""
-    return session.execute(
-        update(TinkerRequest)
-        .where(TinkerRequest.status == "running", TinkerRequest.worker == worker)
-        .values(
-            status="failed",
-            error={"error": "the worker stopped while running this request", "category": "server"},
-            finished_at=utcnow(),
-        )
-        .execution_options(synchronize_session=False)
-    ).rowcount
+def fail_lapsed(session: Session) -> int:
+    """Fail the running requests whose lease lapsed, with an error naming it; how many."""
+    return leases.fail_lapsed(session, TinkerRequest, LEASE_LAPSED)
 
 
 def new_checkpoint_id() -> str:

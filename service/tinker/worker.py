@@ -6,28 +6,40 @@ runs one request at a time, in the order `futures.claim_next` gives (a tenant's 
 first, tenants in turn). Checkpoints go to the service's storage as one tar each; the rows that
 name them are written in the same transaction that finishes the request.
 
+Each request is claimed under a lease (service/core/leases.py), renewed from a heartbeat thread
+while it runs (a big forward_backward can outlast many leases) and fenced when its outcome is
+written: a worker whose lease lapsed writes nothing, and forgets the run state the request
+changed, which its future does not report. Between requests the worker also fails the requests
+whose lease lapsed (a dead worker's, `futures.fail_lapsed`), as the reconciler does.
+
 The API never imports this module (it loads torch, through workers.tinker, on the first request:
 an idle worker started by `grpo-service up` costs no model memory).
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import json
 import logging
+import os
 import shutil
 import socket
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from service.core import leases
 from service.core.db import session_scope
 from service.core.ids import new_id
+from service.core.leases import LeaseLost
 from service.models import CatalogModel, TinkerCheckpoint, TinkerRequest, TinkerRun, TinkerSession
 from service.settings import Settings
 from service.storage import ObjectStorage, open_storage_from_settings
@@ -43,7 +55,7 @@ STATEFUL = ("forward_backward", "optim_step", "load_weights")
 
 
 class RunLost(RuntimeError):
-    """The run's in-memory state is gone (the worker restarted)."""
+    """The run's in-memory state is gone (its worker restarted, or lost a request's lease)."""
 
 
 def _only(cls: type, values: dict[str, Any]) -> Any:
@@ -58,17 +70,19 @@ class TinkerWorker:
     ) -> None:
         self.settings, self.device = settings, device  # None: CUDA when present, at first use
         self.storage = storage or open_storage_from_settings(settings)
-        # One tinker worker per host: at its start it fails what the last one there left running.
-        self.name = f"tinker@{socket.gethostname()}"
+        # Who claimed a request, for the operator: recovery goes by the lease, not the name.
+        self.name = f"tinker@{socket.gethostname()}:{os.getpid()}"
         self.root = settings.data_path / "tinker"
         self.hosts: dict[str, Any] = {}  # base model name -> LoraHost
         self.last_served: dict[str, float] = {}
+        self.reaped_at = float("-inf")  # the last `fail_lapsed` pass (monotonic)
 
     def run(self, stop: threading.Event) -> None:
         """Until `stop`. Nothing a request does ends the loop: a request's failure fails that
         request alone, and a database that cannot be reached is waited for."""
         pause = 0.0
         while not stop.is_set():
+            self._fail_lapsed()
             try:
                 row = self._claim()
             except SQLAlchemyError:
@@ -84,28 +98,92 @@ class TinkerWorker:
 
     def _claim(self) -> TinkerRequest | None:
         with session_scope() as session:
-            row = futures.claim_next(session, self.name, self.last_served)
+            row = futures.claim_next(session, self.name, self.last_served,
+                                     lease_seconds=self.settings.lease_seconds)  # fmt: skip
             if row is not None:
                 session.expunge(row)
         return row
 
+    def _fail_lapsed(self) -> None:
+        """Every `reconcile_seconds`: fail the requests whose lease lapsed (a dead worker's),
+        so a tinker worker alone, with no reconciler beside it, leaves no request running."""
+        if time.monotonic() - self.reaped_at < self.settings.reconcile_seconds:
+            return
+        self.reaped_at = time.monotonic()
+        try:
+            with session_scope() as session:
+                if count := futures.fail_lapsed(session):
+                    log.warning("tinker worker %s: failed %d request(s) whose lease lapsed",
+                                self.name, count)  # fmt: skip
+        except SQLAlchemyError:
+            log.exception("tinker worker %s: cannot look for lapsed requests", self.name)
+
     def execute(self, row: TinkerRequest) -> None:
         """Runs the request and records its outcome; never raises. An outcome that cannot be
-        stored (whatever the reason) fails the request with a server error instead."""
+        stored (whatever the reason) fails the request with a server error instead; one whose
+        lease was lost is not stored at all (the request was failed for it)."""
         started = time.monotonic()
         after: list[Any] = []  # rows to write with the outcome
-        result, error = self._outcome(row, after)
-        seconds = time.monotonic() - started
-        try:
-            self._record(row, result, error, after, seconds)
-        except Exception as exc:  # the request fails; the worker keeps serving the others
-            log.exception("tinker request %s (%s): its outcome was not stored", row.id, row.kind)
-            error = {"error": f"internal error storing the result ({type(exc).__name__})",
-                     "category": "server"}  # fmt: skip
+        with self._renewing(row):
+            result, error = self._outcome(row, after)
+            seconds = time.monotonic() - started
             try:
-                self._record(row, None, error, [], seconds)
-            except Exception:  # the database is gone: a restart fails it (fail_abandoned)
-                log.exception("tinker request %s: its failure was not stored either", row.id)
+                self._record(row, result, error, after, seconds)
+            except LeaseLost:
+                self._lost(row)
+            except Exception as exc:  # the request fails; the worker keeps serving the others
+                log.exception("tinker request %s (%s): its outcome was not stored", row.id,
+                              row.kind)  # fmt: skip
+                error = {"error": f"internal error storing the result ({type(exc).__name__})",
+                         "category": "server"}  # fmt: skip
+                try:
+                    self._record(row, None, error, [], seconds)
+                except LeaseLost:
+                    self._lost(row)
+                except Exception:  # the database is gone: the lease lapses (fail_lapsed)
+                    log.exception("tinker request %s: its failure was not stored either", row.id)
+
+    @contextmanager
+    def _renewing(self, row: TinkerRequest) -> Iterator[None]:
+        """Renews the request's lease every `heartbeat_seconds` from a thread while the body
+        runs: the engine holds this thread for as long as a request takes. A renewal the
+        database refuses is tried again at the next beat; a lost lease ends the renewals."""
+        done = threading.Event()
+        settings = self.settings
+
+        def beat() -> None:
+            while not done.wait(settings.heartbeat_seconds):
+                try:
+                    with session_scope() as session:
+                        leases.renew(session, TinkerRequest, row.id, row.epoch,
+                                     settings.lease_seconds, futures.RUNNING)  # fmt: skip
+                except LeaseLost:
+                    log.warning("tinker request %s: its lease was lost while it ran", row.id)
+                    return
+                except Exception:  # the lease may lapse: the outcome is then fenced off
+                    log.exception("tinker request %s: its lease was not renewed", row.id)
+
+        # in this thread's context: the same settings, so the same database (settings_in_force)
+        context = contextvars.copy_context()
+        thread = threading.Thread(target=context.run, args=(beat,), name=f"lease-{row.id}",
+                                  daemon=True)  # fmt: skip
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(timeout=settings.lease_seconds)
+
+    def _lost(self, row: TinkerRequest) -> None:
+        """The request's lease lapsed before its outcome was written: it was failed (LAPSED)
+        and nothing of it is written. What it changed in the run's memory (gradients, a step,
+        loaded weights) is not what its future reports, so the run is forgotten here: its next
+        request fails as after a restart, until load_state brings it back."""
+        log.warning("tinker request %s (%s): lease lost, its outcome is not written", row.id,
+                    row.kind)  # fmt: skip
+        host = self.hosts.get(row.base_model)
+        if row.kind in STATEFUL and row.run_id and host is not None and host.has_run(row.run_id):
+            host.delete_run(row.run_id)
 
     def _outcome(
         self, row: TinkerRequest, after: list[Any]
@@ -138,6 +216,8 @@ class TinkerWorker:
         seconds: float,
     ) -> None:
         with session_scope() as session:
+            # first, so the row stays this claim's to the commit (LeaseLost: nothing written)
+            leases.fence(session, TinkerRequest, row.id, row.epoch, futures.RUNNING)
             if error is None:
                 for item in after:
                     if isinstance(item, TinkerCheckpoint):  # overwrite: the new one replaces
@@ -150,7 +230,8 @@ class TinkerWorker:
                         )
                     session.add(item)
                 session.flush()
-            futures.finish(session, row.seq, result=result, error=error, device_seconds=seconds)
+            futures.finish(session, row.seq, result=result, error=error, device_seconds=seconds,
+                           epoch=row.epoch)  # fmt: skip
 
     # The engine
 
@@ -198,8 +279,9 @@ class TinkerWorker:
                 raise LookupError(f"run {row.run_id} is gone")
             if trained is not None and row.kind != "load_weights":
                 raise RunLost(
-                    "this run's adapter and optimiser state were lost when its tinker worker "
-                    "restarted: load_state from one of its checkpoints to go on"
+                    "this run's adapter and optimiser state were lost (its tinker worker "
+                    "restarted, or lost the lease of one of its requests): load_state from one "
+                    "of its checkpoints to go on"
                 )
             host.create_run(row.run_id, _only(LoraConfig, config))
         return host
@@ -300,7 +382,8 @@ class TinkerWorker:
 
 
 def run_worker(settings: Settings, device: str | None = None) -> None:
-    """Until SIGTERM or SIGINT; requests it was running when it last stopped are failed.
+    """Until SIGTERM or SIGINT (the request it is running finishes first). What a worker was
+    running when it died is failed once its lease lapses, whoever's pass sees it first.
     `device`: unset, GRPO_SERVE_DEVICE, else CUDA when present."""
     import signal
 
@@ -308,7 +391,5 @@ def run_worker(settings: Settings, device: str | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     worker = TinkerWorker(settings, device or settings.serve_device)
-    with session_scope() as session:
-        futures.fail_abandoned(session, worker.name)
     log.info("tinker worker %s on %s", worker.name, worker.device or "cuda when present")
     worker.run(stop)

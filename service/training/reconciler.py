@@ -8,7 +8,8 @@ conditional UPDATE of `lifecycle`):
 - a `queued` job waiting longer than `requeue_after_seconds` while its queue holds no message
   at all had its message lost (a broker restart, a flushed Redis): it is enqueued again.
 A duplicate message costs nothing: the claim lets exactly one run through. Evaluations get the
-same passes (`reconcile_evaluations`, through `service.evaluations.rows`).
+same passes (`reconcile_evaluations`, through `service.evaluations.rows`). Tinker requests whose
+lease lapsed are failed, never re-run (`reconcile_tinker`).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from datetime import timedelta
 from sqlalchemy.orm import Session
 
 from service import worker
+from service.core import leases
 from service.core.db import session_scope
 from service.evaluations import rows as evaluation_rows
 from service.jobs import lifecycle
-from service.models import Evaluation, Job
+from service.models import Evaluation, Job, TinkerRequest
 from service.models.base import utcnow
+from service.models.tinker_request import LEASE_LAPSED
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -66,8 +69,18 @@ def reconcile_evaluations(
     return to_enqueue
 
 
+def reconcile_tinker(session: Session) -> int:
+    """Fail the Tinker requests whose lease lapsed (their tinker worker died): a Tinker request is
+    not idempotent and its run's state died with the worker, so it is failed, not queued again."""
+    count = leases.fail_lapsed(session, TinkerRequest, LEASE_LAPSED)
+    if count:
+        log.warning("reconciler failed %d tinker request(s) whose lease lapsed", count)
+    return count
+
+
 def run_once(settings: Settings) -> int:
     with session_scope() as session:
+        reconcile_tinker(session)
         found = reconcile(session, settings, worker.queue_depth)
         jobs = [(j.id, j.queue, j.devices) for j in found]
         evaluations = [

@@ -1,6 +1,6 @@
 """The Tinker request queue (service/tinker/futures.py) on SQLite and PostgreSQL: a tenant's
 requests one at a time and oldest first, tenants in turn, each claim taken once, the place in
-the queue a pending future reports, and what a stopped worker left running."""
+the queue a pending future reports. What a stopped worker left running: test_lease.py."""
 
 from __future__ import annotations
 
@@ -36,17 +36,17 @@ def test_tenants_take_turns_and_each_runs_one_request_at_a_time(
     served: dict[str, float] = {}
     order = []
     with sessions.begin() as db:  # a's first request runs: b's is next, then nothing
-        first = futures.claim_next(db, "w1", served)
-        second = futures.claim_next(db, "w2", served)
+        first = futures.claim_next(db, "w1", served, lease_seconds=60)
+        second = futures.claim_next(db, "w2", served, lease_seconds=60)
         assert (first.id, second.id) == (a1, b1)
-        assert futures.claim_next(db, "w3", served) is None
+        assert futures.claim_next(db, "w3", served, lease_seconds=60) is None
         for i, row in enumerate((first, second)):
             served[row.tenant_id] = i
             order.append(row.id)
             futures.finish(db, row.seq, result={"ok": True}, device_seconds=0.5)
     while True:
         with sessions.begin() as db:
-            row = futures.claim_next(db, "w1", served)
+            row = futures.claim_next(db, "w1", served, lease_seconds=60)
             if row is None:
                 break
             served[row.tenant_id] = len(order)
@@ -72,14 +72,3 @@ def test_a_pending_future_says_where_it_stands(sessions: sessionmaker[Session]) 
         assert body["queue_state"] == "active" and "1 requests ahead" in body["queue_state_reason"]
         for row in a_rows + b_rows:  # leave nothing queued for the other tests
             futures.finish(db, row.seq, error={"error": "done", "category": "user"})
-
-
-def test_what_a_stopped_worker_was_running_fails(sessions: sessionmaker[Session]) -> None:
-    with sessions.begin() as db:
-        (a,) = tenants(db, "stopped-a")
-        queue(db, a, 1)
-        row = futures.claim_next(db, "tinker@host", {})
-        assert futures.fail_abandoned(db, "tinker@other") == 0
-        assert futures.fail_abandoned(db, "tinker@host") == 1
-        db.refresh(row)
-        assert row.status == "failed" and row.error["category"] == "server"
