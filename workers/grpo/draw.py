@@ -133,13 +133,21 @@ class RowSettings:
 
     def select(self, rows: Sequence[int]) -> RowSettings:
         """The settings of `rows` (indices into this batch's rows), in that order."""
-        pick = lambda xs: tuple(xs[r] for r in rows)  # noqa: E731
-        return RowSettings(pick(self.temperatures), pick(self.top_ks), pick(self.top_ps),
-                           self.device)  # fmt: skip
+        t, k, p = self.temperatures, self.top_ks, self.top_ps
+        return RowSettings(tuple(t[r] for r in rows), tuple(k[r] for r in rows),
+                           tuple(p[r] for r in rows), self.device)  # fmt: skip
 
     @cached_property
     def greedy(self) -> list[bool]:
+        """Which rows take the argmax (temperature below `GREEDY_BELOW`)."""
         return [t < GREEDY_BELOW for t in self.temperatures]
+
+    @cached_property
+    def greedy_rows(self) -> bool | Tensor:
+        """False: no row is greedy; True: every row; else which rows (N,) bool."""
+        if not any(self.greedy) or all(self.greedy):
+            return any(self.greedy)
+        return torch.tensor(self.greedy, device=self.device)
 
     @cached_property
     def scale(self) -> float | Tensor | None:
@@ -232,15 +240,14 @@ def draw(
     scale = rows.scale
     if scale is not None:
         logits = logits / scale  # (N, V)
-    greedy = rows.greedy
-    if all(greedy):
+    greedy = rows.greedy_rows
+    if greedy is True:
         token = logits.argmax(-1)  # (N,)
     else:
         probs = filter_logits(logits, rows.top_k, rows.top_p).softmax(-1)  # (N, V)
         token = inverse_cdf(probs, noise)  # (N,)
-        if any(greedy):
-            mask = torch.tensor(greedy, device=logits.device)  # (N,)
-            token = torch.where(mask, logits.argmax(-1), token)  # (N,)
+        if greedy is not False:
+            token = torch.where(greedy, logits.argmax(-1), token)  # (N,)
     if not keep:
         return token, None
     chosen = logits.gather(1, token.unsqueeze(1)).squeeze(1)  # (N,)
