@@ -6,7 +6,7 @@ On the random-init model of `--size` (bf16, EOS never sampled; `decode_engines.d
   1. ms per token of a whole `generate` (prefill, sampling, the decode loop);
   2. ms per decode step of the model alone: `graph_decode.StaticStep.step` replayed
      `--new-tokens` times (compiled layers and eager layers);
-  3. ms per token of the sampling alone (`sampling.sample_next` on logits of the batch's shape),
+  3. ms per token of the sampling alone (`draw.draw` on logits of the batch's shape),
      eager and through `torch.compile`;
   4. `torch.profiler` over one `generate`: GPU kernels per token and the kernels taking the most
      GPU time.
@@ -47,10 +47,11 @@ def main() -> None:
 
     from bench.decode_engines import PROMPT, decode_model
     from workers.grpo.config import GenerationParams
+    from workers.grpo.draw import draw
     from workers.grpo.fast import graph_decode
     from workers.grpo.fast.lean_decode import LeanDecoder
     from workers.grpo.fast.sampling import FastSampler
-    from workers.grpo.sampling import sample_next
+    from workers.grpo.sampling import settings_of
     from workers.grpo.text import encode_groups
 
     model, tokenizer = decode_model(a.size, a.device)
@@ -76,17 +77,18 @@ def main() -> None:
 
     logits = torch.randn(n, model.config.vocab_size, device=model.device, dtype=model.dtype)
     noise = torch.rand(n, device=model.device)
+    rows = settings_of(params, n, model.device)
     with torch.inference_mode():
-        seconds = _timed(lambda: sample_next(logits, params, noise, True), steps)
-    print(f"  sample_next alone: {1e3 * seconds / steps:.3f} ms")
-    compiled_sample = torch.compile(sample_next, fullgraph=True)
+        seconds = _timed(lambda: draw(logits, rows, noise, True), steps)
+    print(f"  draw alone: {1e3 * seconds / steps:.3f} ms")
+    compiled_sample = torch.compile(draw, fullgraph=True)
     try:
         with torch.inference_mode():
-            compiled_sample(logits, params, noise, True)
-            seconds = _timed(lambda: compiled_sample(logits, params, noise, True), steps)
-        print(f"  sample_next compiled, alone: {1e3 * seconds / steps:.3f} ms")
+            compiled_sample(logits, rows, noise, True)
+            seconds = _timed(lambda: compiled_sample(logits, rows, noise, True), steps)
+        print(f"  draw compiled, alone: {1e3 * seconds / steps:.3f} ms")
     except Exception as exc:  # noqa: BLE001 - report and go on
-        print(f"  sample_next compiled: FAILED {type(exc).__name__}: {str(exc)[:200]}")
+        print(f"  draw compiled: FAILED {type(exc).__name__}: {str(exc)[:200]}")
 
     from torch.profiler import ProfilerActivity, profile
 

@@ -59,6 +59,12 @@ class _Sampling(_Strict):
     )
     temperature: float = Field(1.0, ge=0, le=2, description="0 decodes greedily.")
     top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="Only the k most likely tokens (vLLM's extension); 0: all.",
+    )
     n: int = Field(1, ge=1, le=MAX_CHOICES, description="Choices per prompt.")
     stop: Stops | None = Field(
         None, description="A string or up to 4; generation ends before the first one."

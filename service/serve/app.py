@@ -201,6 +201,7 @@ def _sampling(body: Any, max_tokens: int | None, logprobs: int | None) -> Sampli
         max_tokens=max_tokens,
         temperature=body.temperature,
         top_p=body.top_p,
+        top_k=body.top_k,
         stop=tuple(body.stops()),
         seed=body.seed,
         logprobs=logprobs,

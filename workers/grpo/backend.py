@@ -129,13 +129,15 @@ def engine(grpo: GRPOParams | None = None) -> str:
 
 
 def select_backend(
-    model: Any, grpo: GRPOParams | None = None, own_forward: bool = False
+    model: Any, grpo: GRPOParams | None = None, own_forward: bool = False, record: bool = True
 ) -> Backend:
     """The backend of a run training `model` with `grpo` (`engine`). `paged` on a model it
     cannot serve is an error; `auto` takes fast where it supports the model, unless the run
     needs the model's `own_forward`
     (gradient checkpointing). The fast one keeps the decode's matmul outputs for the training
-    forward only when that forward runs as one batch (`micro_batch_size` bounds memory)."""
+    forward only when that forward runs as one batch (`micro_batch_size` bounds memory), and
+    never without `record` (a decoder whose batches no training forward replays: off-policy
+    rollouts, evaluation)."""
     name = engine(grpo)
     if name == "paged":
         reason = serving_refusal(model)
@@ -145,6 +147,7 @@ def select_backend(
     if name == "reference" or own_forward or not fast.supports(model):
         return ReferenceBackend()
     batch = None if grpo is None else grpo.prompts_per_step * grpo.group_size
-    record = grpo is not None and (grpo.micro_batch_size is None or grpo.micro_batch_size >= batch)
+    whole = grpo is not None and (grpo.micro_batch_size is None or grpo.micro_batch_size >= batch)
+    record = record and whole
     record = record and grpo is not None and grpo.micro_batch_tokens is None  # packs: own forward
     return fast.FastBackend(record=record)

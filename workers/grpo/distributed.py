@@ -6,7 +6,7 @@ The step (`trainer.grpo_step`) is the same; it asks its `World` five things, whi
 - `share`: the step's P prompts are split into N equal runs of whole groups (advantages are
   per group, so they stay local); each process draws the same P records from its replicated
   prompt stream and keeps its run. Its sampler gets the run's first row (`first_row`), so the
-  per-row sampling randomness (`sampling.row_noise`) is that of the same row in one process.
+  per-row sampling randomness (`draw.row_noise`) is that of the same row in one process.
 - `total`: the loss denominator over the whole batch (`loss.loss_denominator`): each process's
   loss is its part of the one-process loss, and the summed gradients are the one-process ones.
 - `rollout`: decoding with whole weights. The model is FSDP2-sharded (`fully_shard`, one unit
@@ -39,7 +39,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from workers.grpo.config import GRPOParams
-from workers.grpo.sampling import Generation, RowSeeds, Sampler
+from workers.grpo.draw import RowSeeds
+from workers.grpo.sampling import Generation, Sampler
 
 _SUMMED = ("loss", "policy_loss")  # parts of the global loss: each process holds its part
 # `k + WEIGHT`: how many items the rollout metric k is the mean of (the episodes with a k-th

@@ -28,8 +28,9 @@ import torch
 from workers.environments import EnvironmentSession, Episode, run_episodes
 from workers.grpo.config import GenerationParams
 from workers.grpo.distributed import WEIGHT
+from workers.grpo.draw import draw_base
 from workers.grpo.episodes import EpisodeTokens, ModelPolicy, episode_tensors
-from workers.grpo.sampling import Generation, Sampler, draw_base
+from workers.grpo.sampling import Generation, Sampler
 from workers.grpo.scoring import Scored, Scorer, score_batch
 from workers.grpo.text import pad_id
 

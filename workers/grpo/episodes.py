@@ -17,7 +17,7 @@ and the fast one) keeps the batch's KV cache and prefills only what was added si
 template's text and the observation): the same draws as re-encoding, without its prefill of
 the earlier turns; any other sampler re-encodes every sequence each turn. With a `seed` (one draw
 of the run's generator per batch of episodes), turn t's noise is named, not drawn
-(`sampling.RowSeeds`): base seed + t * stride, each row the episode's index in the batch. An
+(`draw.RowSeeds`): base seed + t * stride, each row the episode's index in the batch. An
 episode's draws then depend on neither which episodes are still going nor how many turns the
 others take: on N processes (each plays its run of the batch, its rows shifted by its offset)
 the episodes are one process's. An episode whose sequence plus one turn would not fit the
@@ -32,7 +32,8 @@ from typing import Any
 import torch
 
 from workers.grpo.config import GenerationParams
-from workers.grpo.sampling import Continuation, RowSeeds, Sampler
+from workers.grpo.draw import RowSeeds
+from workers.grpo.sampling import Continuation, Sampler
 from workers.grpo.text import TokenIds
 
 # For a tokenizer without a chat template: `role: content` lines, then `assistant:`.

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from workers.grpo.backend import select_backend
-from workers.grpo.config import GenerationParams, TrainSpec
+from workers.grpo.config import Engine, GenerationParams, TrainSpec
 from workers.grpo.device import default_device, resolve_precision
 from workers.grpo.policy import BaseWeights, load_policy
 from workers.grpo.rollout_rows import rollout_rows
@@ -50,16 +50,19 @@ def evaluate_model(
     seed: int = 0,
     on_event: Callable[[str, str, dict], None] = _noop,
     device: str | None = None,
+    engine: Engine | None = None,
 ) -> Iterator[EvalBatch]:
-    """Batches of scored completions, `samples_per_prompt` per record, in record order."""
+    """Batches of scored completions, `samples_per_prompt` per record, in record order, decoded
+    by `engine` (`backend.select_backend`; None: the worker's `GRPO_ENGINE`, else auto)."""
     device = device or default_device()
     torch.manual_seed(seed)
     # load_policy reads the base, LoRA (none: the weights as they are) and beta (0: no copy).
-    spec = TrainSpec(base_model=weights.name or weights.path, grpo={"beta": 0.0})
+    grpo = {"beta": 0.0, "engine": engine}
+    spec = TrainSpec(base_model=weights.name or weights.path, grpo=grpo)
     precision = resolve_precision(spec.precision, device)
     policy = load_policy(spec, device, None, weights, precision)
     policy.model.requires_grad_(False)
-    backend = select_backend(policy.model)
+    backend = select_backend(policy.model, spec.grpo, record=False)
     backend.prepare(policy.model)
     generator = torch.Generator(device=device).manual_seed(seed)
     sampler = backend.sampler(policy.model, policy.tokenizer, generator)

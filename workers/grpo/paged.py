@@ -20,9 +20,12 @@ What it honours, and how:
   dtype); otherwise pi_old is scored by a forward, as for any sampler without them.
 - LoRA: the manager runs the peft-wrapped base model, so the adapters apply at every step
   (nothing is merged). Weights updated in place by the optimizer are read live.
-- seeds: the draws come from torch's global generator (multinomial), seeded per batch from one
-  draw of the run's generator (or the episode's named base and rows) and restored afterwards.
-  The same run on the same process layout samples the same completions; per-row noise
+- the draw (`_draw_settings`, the one decoder not drawing through the engine's kernel,
+  `draw.py`): transformers 5.25 offers no public way to run our draw inside its batching (see
+  `_draw_settings`, docs/engine.md), so the draws come from torch's global generator
+  (multinomial), seeded per batch from one draw of the run's generator (or the episode's named
+  base and rows) and restored afterwards; a temperature below `GREEDY_BELOW` is greedy. The
+  same run on the same process layout samples the same completions; per-row noise
   (`row_noise`) is not honoured, so a batch split over N processes samples other (equally
   distributed) completions than one process, and `first_row` only enters the seed.
 - episodes: every turn re-encodes the sequences so far (`continues` is False).
@@ -44,8 +47,9 @@ import torch
 from torch import Tensor
 
 from workers.grpo.config import GenerationParams
+from workers.grpo.draw import GREEDY_BELOW, RowSeeds, draw_base
 from workers.grpo.paged_support import paged_refusal
-from workers.grpo.sampling import Generation, RowSeeds, assemble, draw_base
+from workers.grpo.sampling import Generation, assemble
 from workers.grpo.text import Prompt, encode_groups, find_stops, pad_id
 
 # Attention implementations continuous batching runs (eager is switched to paged|eager).
@@ -132,6 +136,7 @@ class PagedSampler:
         tokens, logprobs = _padded(outputs, pad_id(tok))  # (N, T), (N, T)
         ended, stop_len = _ends(tok, tokens, params.stop)
         exact = params.top_k == 0 and params.top_p == 1.0 and not _autocast_on(device)
+        exact = exact and params.temperature >= GREEDY_BELOW  # greedy: the manager's at T = 1
         return assemble(tok, prompt_ids, prompt_mask, tokens.to(device), ended.to(device),
                         stop_len, logprobs.to(device) if keep_logprobs and exact else None,
                         params, group_size)  # fmt: skip
@@ -179,10 +184,7 @@ def _new_decoder(
     page_size = min(256, max(16, 1 << (longest - 1).bit_length()))
     blocks = len(rows) * _pages(longest, page_size)
     generation = GenerationConfig(
-        do_sample=True,
-        temperature=params.temperature,
-        top_k=params.top_k or None,
-        top_p=params.top_p,
+        **_draw_settings(params),
         max_new_tokens=params.max_new_tokens,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=pad_id(tokenizer),
@@ -199,6 +201,20 @@ def _new_decoder(
     hints = WorkloadHints(max(len(r) for r in rows), params.max_new_tokens, len(rows))
     manager = ContinuousBatchingManager(_base_model(model), generation, batching, hints)
     return _Decoder(manager, blocks, page_size)
+
+
+def _draw_settings(params: GenerationParams) -> dict[str, Any]:
+    """Paged's draw, the one decoder not drawing through the engine's kernel (`draw.py`): the
+    manager's own sampling step (transformers' warpers, then `torch.multinomial` from torch's
+    global generator, seeded per batch in `PagedSampler._decode`; the argmax below
+    `GREEDY_BELOW`). transformers 5.25 has no public hook to replace it: the manager builds its
+    logits processors from the GenerationConfig alone (no custom processor can be passed), only
+    its built-in warpers receive per-request arguments, and the draw itself is its batch
+    processor's private `_sample`, given neither a request's identity nor its step."""
+    if params.temperature < GREEDY_BELOW:
+        return {"do_sample": False}
+    return {"do_sample": True, "temperature": params.temperature,
+            "top_k": params.top_k or None, "top_p": params.top_p}  # fmt: skip
 
 
 def _pages(length: int, page_size: int) -> int:

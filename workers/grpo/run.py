@@ -234,7 +234,8 @@ def rollouts_ahead(run: Run, saved: dict[str, Any] | None) -> RolloutsAhead:
         raise ValueError("max_off_policy_steps runs on one process, without episodes")
     model = generator_copy(run.policy.model, run.rollout_device)
     trained = [p for p in model.parameters() if p.requires_grad]
-    backend = select_backend(model)  # no decode records: no trainer's forward could use them
+    # the job's engine; no decode records: no trainer's forward could use them
+    backend = select_backend(model, g, record=False)
     backend.prepare(model)
     generator = torch.Generator(device=run.generator.device)
     generator.set_state(run.generator.get_state() if saved is None else saved["sampler"])

@@ -1,9 +1,11 @@
 """GRPO step 2: sample G completions per prompt from the current policy (the reference decoder).
 
 Prompts are left-padded into one batch, each repeated G times (group by group). The model's own
-forward runs the prompts once, then one token at a time with its KV cache. Per token:
-logits / temperature, top-k, top-p (nucleus), one draw by the inverse of the cumulative
-distribution from that row's own uniform (`row_noise`). A row's uniforms depend only on one
+forward runs the prompts once, then one token at a time with its KV cache. Per token, the
+engine's one draw (`draw.py`, shared with Tinker and the inference server): logits /
+temperature, top-k, top-p (nucleus), one draw by the inverse of the cumulative distribution
+from that row's own uniform (`row_noise`); below `draw.GREEDY_BELOW` the argmax. A row's
+uniforms depend only on one
 draw from the run's seeded `torch.Generator` per batch (the same on every rank) and the row's
 place in the whole batch (`first_row` + its index), never on which process samples it: a
 batch split across N processes samples the same completions as one process. A sequence ends
@@ -34,16 +36,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from workers.grpo.config import GenerationParams
+from workers.grpo.draw import RowSeeds, RowSettings, draw, row_noise
+from workers.grpo.draw import inverse_cdf as inverse_cdf  # the kernel's, named here as before
 from workers.grpo.text import Prompt, cut_completions, encode_groups, find_stops, pad_id
-
-# Temperatures below this sample greedily (vLLM's floor): logits / T overflows float32 as T
-# nears 0 (at 1e-45 every logit is infinite and softmax gives NaN), and below it the draw is
-# the argmax anyway.
-GREEDY_BELOW = 1e-5
 
 
 @dataclass
@@ -93,18 +91,6 @@ class Continuation:
         return Continuation(cache, self.mask[index], [self.tokens[r] for r in rows])
 
 
-@dataclass(frozen=True)
-class RowSeeds:
-    """A batch's noise named by its caller: `base` instead of a draw from the run's generator,
-    and each row's index in the whole batch (instead of `first_row` + its position)."""
-
-    base: int
-    rows: list[int]
-
-    def shifted(self, offset: int) -> RowSeeds:
-        return RowSeeds(self.base, [offset + r for r in self.rows])
-
-
 class Sampler(Protocol):
     """G completions per prompt. With `keep_logprobs`, a sampler that can returns
     `Generation.logprobs`; one that cannot leaves it None and pi_old is scored by a forward.
@@ -123,95 +109,9 @@ class Sampler(Protocol):
     ) -> Generation: ...
 
 
-def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
-    """Set logits outside the top-k and outside the top-p mass to -inf."""
-    if top_k > 0 and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (N, 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))  # (N, V)
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (N, V)
-        cum = sorted_logits.softmax(-1).cumsum(-1)  # (N, V)
-        drop = cum - sorted_logits.softmax(-1) >= top_p  # (N, V) mass before it already >= p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))  # (N, V)
-        logits = torch.empty_like(logits).scatter_(-1, order, sorted_logits)  # (N, V)
-    return logits
-
-
-# Odd 64-bit constant (the golden ratio's, as in splitmix64): row seeds far apart.
-_ROW_STRIDE = 0x9E3779B97F4A7C15
-
-
-def draw_base(generator: torch.Generator) -> int:
-    """One draw of the run's generator: the base of a batch's row seeds."""
-    return int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
-
-
-def row_noise(
-    generator: torch.Generator,
-    first_row: int,
-    rows: int,
-    steps: int,
-    device: torch.device,
-    seeds: RowSeeds | None = None,
-) -> Tensor:
-    """Uniforms (rows, steps) in (0, 1], one per row and decode step. Row i's come from a
-    generator seeded by one draw of `generator` and the row's index in the whole batch,
-    `first_row + i`: the same row gets the same draws in whichever process samples it.
-    With `seeds`, the base and the rows' indices are those (`generator` is not drawn)."""
-    base = draw_base(generator) if seeds is None else seeds.base
-    index = range(first_row, first_row + rows) if seeds is None else seeds.rows
-    if len(index) != rows:
-        raise ValueError(f"{len(index)} row seeds for {rows} rows")
-    own, noise = torch.Generator(), torch.empty(rows, steps, dtype=torch.float64)
-    for i, row in enumerate(index):
-        own.manual_seed((base + _ROW_STRIDE * row) % 2**64)
-        torch.rand(steps, generator=own, dtype=torch.float64, out=noise[i])
-    return (1.0 - noise).to(device, torch.float32)  # (rows, steps) in (0, 1]
-
-
-# Vocabularies from this size on are drawn from in two levels (`inverse_cdf`): one scan over
-# 150k tokens and a few rows keeps a GPU mostly idle (0.71 ms of a 0.5B model's 1.95 ms decode
-# step on an H200); on small ones (the CPU's tiny models) the one scan is fewer ops.
-BLOCKED_DRAW_MIN_VOCAB = 16384
-DRAW_BLOCK = 1024  # tokens per block of the two-level draw
-
-
-def inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
-    """The first token (N,) whose cumulative mass reaches u * the row's total, for probs (N, V)
-    >= 0 and u (N,) in (0, 1]: always a token of mass > 0. From `BLOCKED_DRAW_MIN_VOCAB` tokens
-    on, in two levels: the block of `DRAW_BLOCK` tokens where the mass is reached (a scan over
-    the blocks' sums), then the token within it (a scan over that block alone)."""
-    n, v = probs.shape
-    if v < BLOCKED_DRAW_MIN_VOCAB:
-        cum = probs.cumsum(-1)  # (N, V)
-        target = u.unsqueeze(1) * cum[:, -1:]  # (N, 1)
-        return torch.searchsorted(cum, target).squeeze(1).clamp_(max=v - 1)
-    blocks = F.pad(probs, (0, -v % DRAW_BLOCK)).view(n, -1, DRAW_BLOCK)  # (N, K, B)
-    ends = blocks.sum(-1).cumsum(-1)  # (N, K) the mass up to each block's end
-    target = u.unsqueeze(1) * ends[:, -1:]  # (N, 1)
-    block = torch.searchsorted(ends, target).clamp_(max=ends.shape[1] - 1)  # (N, 1)
-    before = ends.gather(1, (block - 1).clamp(min=0)).masked_fill(block == 0, 0.0)  # (N, 1)
-    inside = blocks.gather(1, block.unsqueeze(2).expand(n, 1, DRAW_BLOCK)).squeeze(1)  # (N, B)
-    cum = inside.cumsum(-1) + before  # (N, B): `before` exactly up to the block's first mass
-    # the block's own sum and its scan round differently: the target at most its scan's end
-    j = torch.searchsorted(cum, torch.minimum(target, cum[:, -1:]))  # (N, 1)
-    return (block * DRAW_BLOCK + j).squeeze(1)
-
-
-def sample_next(
-    logits: Tensor, params: GenerationParams, noise: Tensor, keep: bool
-) -> tuple[Tensor, Tensor | None]:
-    """One token (N,) per row drawn from logits (N, V) with the row's uniform `noise` (N,);
-    with `keep` its log-prob (N,) under softmax(logits / T), unfiltered."""
-    logits = logits.float()  # (N, V)
-    if params.temperature != 1.0:
-        logits = logits / params.temperature  # (N, V)
-    probs = filter_logits(logits, params.top_k, params.top_p).softmax(-1)  # (N, V)
-    token = inverse_cdf(probs, noise)  # (N,)
-    if not keep:
-        return token, None
-    chosen = logits.gather(1, token.unsqueeze(1)).squeeze(1)  # (N,)
-    return token, chosen - logits.logsumexp(-1)  # (N,) log pi(y_t) = logit - logsumexp
+def settings_of(params: GenerationParams, rows: int, device: torch.device) -> RowSettings:
+    """`params`' sampling settings for every one of a batch's `rows` rows."""
+    return RowSettings.uniform(params.temperature, params.top_k, params.top_p, rows, device)
 
 
 def cache_keyword(model: Any) -> str:
@@ -270,6 +170,7 @@ class PlainSampler:
         n, kw = prompt_ids.shape[0], cache_keyword(model)
         steps = params.max_new_tokens
         noise = row_noise(self.generator, first_row, n, steps, device, seeds)  # (N, T)
+        rows = settings_of(params, n, device)
         start = resumed_batch(resume, prompts, group_size, pad_id(tok)) if resume else None
         ids, mask, cache = (prompt_ids, prompt_mask, None) if start is None else start
         positions = (mask.cumsum(1) - 1).clamp(min=0)  # (N, S) left padding: real tokens from 0
@@ -281,7 +182,7 @@ class PlainSampler:
             res = model(input_ids=ids, attention_mask=mask, position_ids=positions,
                         use_cache=True, logits_to_keep=1, **{kw: cache})  # fmt: skip
             cache, cached_mask = res[kw], mask  # (N, C) the cache's columns
-            token, logprob = sample_next(res.logits[:, -1], params, noise[:, t], keep_logprobs)
+            token, logprob = draw(res.logits[:, -1], rows, noise[:, t], keep_logprobs)
             token = token.masked_fill(ended, pad_id(self.tokenizer))  # (N,) pads after the end
             tokens.append(token)
             kept.append(logprob)

@@ -1,27 +1,31 @@
 """One batch of requests decoded together: prompts left-padded, the model's forward and KV
-cache one token at a time, each row with its own sampling (temperature, top_p, stop strings,
-max_tokens, its request's seeded generator, log-probs).
+cache one token at a time, each row with its own sampling (temperature, top_k, top_p, stop
+strings, max_tokens, its request's seed, log-probs).
 
-Per token and row: a temperature below `GREEDY_BELOW` (0 included) takes the argmax; otherwise
-softmax(logits / T) restricted to the top_p nucleus, one draw from the request's generator (so a
-seeded request gives the same tokens whatever else shares its batch, up to float rounding of the
-padded batch). Reported log-probs are the model's own, log softmax(logits), before temperature
-and top_p. A row ends at EOS ("stop"), at a stop string (the text is cut before it: "stop") or
-at its max_tokens ("length"), or when its request is cancelled (its client went away). Rows that
-have ended leave the batch (their KV-cache rows too), so the others decode on; the loop ends when
-every row has.
+Per token, every row's draw is the engine's one kernel (`workers.grpo.draw.draw`) on the batch
+with each row's own settings: a temperature below `GREEDY_BELOW` (0 included) takes the argmax;
+otherwise softmax(logits / T) restricted to the top_k tokens and the top_p nucleus, drawn at the
+row's own uniform. A row's uniforms come from its request's seed (a fresh one when it names
+none) and the choice's index alone, so a seeded request gives the same tokens whatever else
+shares its batch (up to float rounding of the padded batch). Reported log-probs are the model's
+own, log softmax(logits), before temperature, top_k and top_p. A row ends at EOS ("stop"), at a
+stop string (the text is cut before it: "stop"; looked for in the newly decoded text only,
+`workers.grpo.stops`) or at its max_tokens ("length"), or when its request is cancelled (its
+client went away). Rows that have ended leave the batch (their KV-cache rows too), so the others
+decode on; the loop ends when every row has.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from workers.grpo.sampling import GREEDY_BELOW, cache_keyword
+from workers.grpo.draw import NoiseStream, RowSettings, draw, fresh_base
+from workers.grpo.sampling import cache_keyword
+from workers.grpo.stops import StopScan
 from workers.grpo.text import pad_id, render_prompt
 from workers.inference.params import Choice, Request, RequestError, Result, TokenLogprob
 
@@ -32,9 +36,9 @@ CANCELLED = "cancelled"  # a row's finish_reason once its request is cancelled (
 class _Row:
     request: int  # index into the batch's requests
     choice: Choice
-    generator: torch.Generator
+    seed: tuple[int, int]  # its noise: the request's seed, the choice's index
     max_tokens: int
-    tokens: list[int] = field(default_factory=list)
+    scan: StopScan  # its text and where it ends
     emitted: int = 0  # characters of text already handed to on_delta
     pending: list[TokenLogprob] = field(default_factory=list)  # log-probs not yet handed over
 
@@ -49,12 +53,6 @@ def encode(tokenizer: Any, prompt: Any) -> list[int]:
     return tokenizer(text, add_special_tokens=not templated)["input_ids"]
 
 
-def _generator(seed: int | None) -> torch.Generator:
-    g = torch.Generator()
-    g.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
-    return g
-
-
 def prompt_ids(model: Any, tokenizer: Any, req: Request) -> list[int]:
     """The request's prompt tokens; RequestError when they and max_tokens do not fit."""
     ids, limit = encode(tokenizer, req.prompt), context_length(model)
@@ -66,38 +64,24 @@ def prompt_ids(model: Any, tokenizer: Any, req: Request) -> list[int]:
     return ids
 
 
-def _rows(requests: list[Request], prompts: list[list[int]], limit: int) -> list[_Row]:
-    rows = []
+def _rows(
+    requests: list[Request], prompts: list[list[int]], limit: int, tokenizer: Any
+) -> list[_Row]:
+    rows, eos = [], {tokenizer.eos_token_id}
     for r, (req, ids) in enumerate(zip(requests, prompts, strict=True)):
-        g = _generator(req.sampling.seed)
+        seed = req.sampling.seed if req.sampling.seed is not None else fresh_base()
+        cap = req.sampling.max_tokens or limit - len(ids)
         for i in range(req.n):
-            rows.append(_Row(r, Choice(i), g, req.sampling.max_tokens or limit - len(ids)))
+            scan = StopScan(tokenizer, eos, req.sampling.stop)
+            rows.append(_Row(r, Choice(i), (seed, i), cap, scan))
     return rows
 
 
-def _nucleus(logits: Tensor, top_p: Tensor) -> Tensor:
-    """Logits (N, V) outside each row's top_p mass (N, 1) set to -inf."""
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (N, V)
-    probs = sorted_logits.softmax(-1)  # (N, V)
-    drop = probs.cumsum(-1) - probs >= top_p  # (N, V) the mass before it already reaches p
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))  # (N, V)
-    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)  # (N, V)
-
-
-def _draw(logits: Tensor, rows: list[_Row], requests: list[Request]) -> Tensor:
-    """The next token (N,) of every row from its last logits (N, V)."""
-    temps = torch.tensor([requests[r.request].sampling.temperature for r in rows])  # (N,)
-    top_p = torch.tensor([[requests[r.request].sampling.top_p] for r in rows])  # (N, 1)
-    greedy = logits.argmax(-1)  # (N,)
-    scaled = logits / temps.clamp(min=GREEDY_BELOW).unsqueeze(1)  # (N, V)
-    if bool((top_p < 1).any()):
-        scaled = _nucleus(scaled, top_p)  # (N, V)
-    probs = scaled.softmax(-1)  # (N, V)
-    out = greedy.clone()  # (N,)
-    for i, row in enumerate(rows):  # one draw per row from its request's generator
-        if temps[i] >= GREEDY_BELOW:
-            out[i] = torch.multinomial(probs[i], 1, generator=row.generator)[0]
-    return out
+def _settings(rows: list[_Row], requests: list[Request]) -> RowSettings:
+    """Every row's sampling settings (its request's)."""
+    s = [requests[r.request].sampling for r in rows]
+    return RowSettings(tuple(x.temperature for x in s), tuple(x.top_k for x in s),
+                       tuple(x.top_p for x in s), torch.device("cpu"))  # fmt: skip
 
 
 def _logprobs(logp: Tensor, token: int, k: int, tokenizer: Any) -> TokenLogprob:
@@ -109,28 +93,19 @@ def _logprobs(logp: Tensor, token: int, k: int, tokenizer: Any) -> TokenLogprob:
     return TokenLogprob(tokenizer.decode([token]), float(logp[token]), top)
 
 
-def _advance(row: _Row, token: int, req: Request, eos: int, tokenizer: Any) -> None:
+def _advance(row: _Row, token: int, req: Request) -> None:
     """Append one token to a row: end it at EOS, a stop string or max_tokens, and hand any
     text that is certain to stay (not a possible stop-string prefix) to `on_delta`."""
-    stops = req.sampling.stop
     row.choice.completion_tokens += 1
-    if token == eos:
+    if row.scan.push(token):
         row.choice.finish_reason = "stop"
-    else:
-        row.tokens.append(token)
-    text = tokenizer.decode(row.tokens, skip_special_tokens=True)
-    cut = min((text.find(s) for s in stops if s in text), default=-1)
-    if cut >= 0:
-        text, row.choice.finish_reason = text[:cut], "stop"
-    elif row.choice.finish_reason is None and row.choice.completion_tokens >= row.max_tokens:
+    elif row.choice.completion_tokens >= row.max_tokens:
         row.choice.finish_reason = "length"
-    safe = len(text)
-    if row.choice.finish_reason is None:  # hold back what a stop string could still claim
-        safe -= max((len(s) - 1 for s in stops), default=0)
-        while safe > 0 and text[safe - 1] == "\ufffd":  # half of a multi-byte character
-            safe -= 1
+    done = row.choice.finish_reason is not None
+    text = row.scan.text() if done else row.scan.row.text
+    safe = len(text) if done else row.scan.settled()
     row.choice.text = text
-    if safe > row.emitted or (row.choice.finish_reason and row.pending):
+    if safe > row.emitted or (done and row.pending):
         if req.on_delta is not None:
             req.on_delta(row.choice.index, text[row.emitted : safe], row.pending)
         row.choice.logprobs.extend(row.pending)
@@ -143,8 +118,10 @@ def decode(
     model: Any, tokenizer: Any, requests: list[Request], prompts: list[list[int]]
 ) -> list[Result]:
     """Decode every request of the batch (`prompts`: each one's `prompt_ids`)."""
-    rows = _rows(requests, prompts, context_length(model))
-    device, eos, pad = model.device, tokenizer.eos_token_id, pad_id(tokenizer)
+    rows = _rows(requests, prompts, context_length(model), tokenizer)
+    device, pad = model.device, pad_id(tokenizer)
+    noise = NoiseStream([r.seed for r in rows])
+    settings = _settings(rows, requests)  # of the live rows
     width = max(len(p) for p in prompts)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)  # (N, P)
     mask = torch.zeros((len(rows), width), dtype=torch.long)  # (N, P)
@@ -156,12 +133,12 @@ def decode(
     kw, cache = cache_keyword(model), None
     want = [requests[r.request].sampling.logprobs for r in rows]
     live = list(range(len(rows)))  # the rows still decoded (indices into `rows`), in order
-    while True:
+    for t in range(max(r.max_tokens for r in rows)):
         res = model(input_ids=ids, attention_mask=mask, position_ids=positions,
                     use_cache=True, logits_to_keep=1, **{kw: cache})  # fmt: skip
         cache = res[kw]
         logits = res.logits[:, -1].float().cpu()  # (A, V) the live rows
-        tokens = _draw(logits, [rows[i] for i in live], requests)  # (A,)
+        tokens = draw(logits, settings, noise.step(t)[live])[0]  # (A,)
         with_lp = any(want[i] is not None for i in live)
         logp = logits.log_softmax(-1) if with_lp else None  # (A, V)
         for j, i in enumerate(live):
@@ -174,7 +151,7 @@ def decode(
             token = int(tokens[j])
             if logp is not None and want[i] is not None:
                 row.pending.append(_logprobs(logp[j], token, want[i] or 0, tokenizer))
-            _advance(row, token, req, eos, tokenizer)
+            _advance(row, token, req)
         going = [j for j, i in enumerate(live) if rows[i].choice.finish_reason is None]
         if not going:
             break
@@ -183,7 +160,7 @@ def decode(
             keep = torch.tensor(going, device=device)  # (A',)
             cache.reorder_cache(keep)
             mask, positions, tokens = mask[keep], positions[keep], tokens[going]
-            live = [live[j] for j in going]
+            live, settings = [live[j] for j in going], settings.select(going)
         ids = tokens.unsqueeze(1).to(device)  # (A, 1) the next forward feeds the new tokens
         positions = positions[:, -1:] + 1  # (A, 1)
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)  # (A, S + 1)

@@ -34,8 +34,9 @@ class Sampling:
     max_tokens: int | None = None  # None: up to the model's context
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0  # 0: every token
     stop: tuple[str, ...] = ()
-    seed: int | None = None  # the request's own generator: same seed, same completions
+    seed: int | None = None  # the request's own noise: same seed, same completions
     logprobs: int | None = None  # None: none; k >= 0: each token's log-prob and the top k
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from workers.grpo.draw import fresh_base
 from workers.grpo.logprobs import token_logprobs
 from workers.losses.terms import LOSSES
 from workers.models.loading import load_pretrained
@@ -31,7 +32,7 @@ from workers.models.lora import linear_layers
 from workers.tinker import validation as check
 from workers.tinker.adapters import AdapterStack, peft_config
 from workers.tinker.finite import NotFinite, Snapshot, finite, grads
-from workers.tinker.sampler import Draw, StopRule, fresh_seed, sample_sequences
+from workers.tinker.sampler import Draw, StopRule, sample_sequences
 from workers.tinker.types import (
     AdamParams,
     Datum,
@@ -242,7 +243,7 @@ class LoraHost:
         steps = check.check_sample(prompt, num_samples, params, self.limits)
         ids, strings = check.stop_rule(params.stop, self.tokenizer.eos_token_id, self.limits)
         rule = StopRule(frozenset(ids), tuple(strings))
-        seed = params.seed if params.seed is not None else fresh_seed()
+        seed = params.seed if params.seed is not None else fresh_base()
         draw = Draw(params.temperature, params.top_k, params.top_p)
         with self.adapters.active(self._sampling_adapter(weights)):
             seqs, first = sample_sequences(self.model, self.tokenizer, prompt, num_samples, draw,

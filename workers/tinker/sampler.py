@@ -1,31 +1,33 @@
 """`num_samples` sequences from one prompt, with the sampler's per-token log-probs.
 
 All rows share the prompt, so they need no padding: the prompt is prefilled once, its KV cache
-copied to every row, and the rows decoded one token at a time. Each draw reuses the GRPO engine's
-(`workers.grpo.sampling`): logits / T, top-k, top-p, then the inverse CDF at the row's own
-uniform; a row's uniforms come from `seed` and the row's index alone (`RowSeeds`), so a seed
-gives the same sequences whatever else the host does. The log-prob kept for a token is
-log softmax(logits / T) before top-k / top-p (the policy's distribution, what a teacher-forced
-forward at the same temperature computes); a temperature below `GREEDY_BELOW` (0 included) is
-greedy, its log-probs at T = 1.
+copied to every row, and the rows decoded one token at a time. Each draw is the engine's one
+kernel (`workers.grpo.draw.draw`): logits / T, top-k, top-p, then the inverse CDF at the row's
+own uniform, the argmax below `GREEDY_BELOW` (0 included); a row's uniforms come from `seed` and
+the row's index alone (`RowSeeds`), so a seed gives the same sequences whatever else the host
+does. The log-prob kept for a token is log softmax(logits / T) before top-k / top-p (the
+policy's distribution, what a teacher-forced forward at the same temperature computes); greedy
+rows' at T = 1. A row ends at one of the rule's token ids (kept in the sequence) or once its
+text holds a stop string, found on the newly decoded text only (`workers.grpo.stops`).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from workers.grpo.draw import RowSeeds, RowSettings, draw, row_noise
 from workers.grpo.logprobs import token_logprobs
-from workers.grpo.sampling import GREEDY_BELOW, RowSeeds, cache_keyword, row_noise, sample_next
+from workers.grpo.sampling import cache_keyword
+from workers.grpo.stops import StopScan
 from workers.tinker.types import SampledSequence
 
 
 @dataclass(frozen=True)
 class Draw:
-    """What `sample_next` reads (the engine's GenerationParams' sampling fields)."""
+    """A request's sampling settings (every row's)."""
 
     temperature: float
     top_k: int
@@ -38,23 +40,13 @@ class StopRule:
     strings: tuple[str, ...]
 
 
-def fresh_seed() -> int:
-    return int.from_bytes(os.urandom(8), "little") % 2**62
-
-
-def _ends(row: list[int], rule: StopRule, tokenizer: Any) -> bool:
-    if row[-1] in rule.token_ids:
-        return True
-    return bool(rule.strings) and any(s in tokenizer.decode(row) for s in rule.strings)
-
-
 @torch.no_grad()
 def sample_sequences(
     model: Any,
     tokenizer: Any,
     prompt: list[int],
     num_samples: int,
-    draw: Draw,
+    settings: Draw,
     steps: int,
     rule: StopRule,
     seed: int,
@@ -63,33 +55,30 @@ def sample_sequences(
     """The sequences and, if asked, log pi(prompt[i] | prompt[:i]) at T = 1 (None for the
     first token: nothing predicts it), from the one prefill."""
     device, kw = model.device, cache_keyword(model)
-    greedy = draw.temperature < GREEDY_BELOW
-    params = Draw(1.0, draw.top_k, draw.top_p) if greedy else draw
-    noise = row_noise(
-        torch.Generator(), 0, num_samples, steps, device, RowSeeds(seed, list(range(num_samples)))
-    )  # fmt: skip  (N, steps)
+    rows = RowSettings.uniform(settings.temperature, settings.top_k, settings.top_p,
+                               num_samples, device)  # fmt: skip
+    seeds = RowSeeds(seed, list(range(num_samples)))
+    noise = row_noise(torch.Generator(), 0, num_samples, steps, device, seeds)  # (N, steps)
     cache, logits, first = _prefill(model, kw, prompt, num_samples, with_prompt_logprobs)
-    rows: list[list[int]] = [[] for _ in range(num_samples)]
+    tokens: list[list[int]] = [[] for _ in range(num_samples)]
     kept: list[list[float]] = [[] for _ in range(num_samples)]
-    ended = [False] * num_samples
+    # stop strings are matched on the text with special tokens, as decode(row) gives it
+    scans = [StopScan(tokenizer, rule.token_ids, rule.strings, False) for _ in tokens]
     for t in range(steps):
-        token, logprob = sample_next(logits, params, noise[:, t], keep=True)  # (N,), (N,)
-        if greedy:
-            token = logits.argmax(-1)  # (N,)
-            logprob = token_logprobs(logits, token, 1.0, False)[0]  # (N,)
+        token, logprob = draw(logits, rows, noise[:, t], keep=True)  # (N,), (N,)
         for i, (tok, lp) in enumerate(zip(token.tolist(), logprob.tolist(), strict=True)):
-            if not ended[i]:
-                rows[i].append(tok)
+            if not scans[i].ended:
+                tokens[i].append(tok)
                 kept[i].append(lp)
-                ended[i] = _ends(rows[i], rule, tokenizer)
-        if all(ended) or t == steps - 1:
+                scans[i].push(tok)
+        if all(s.ended for s in scans) or t == steps - 1:
             break
         # the next forward feeds only the new tokens (N, 1)
         out = model(input_ids=token.unsqueeze(1), use_cache=True, logits_to_keep=1, **{kw: cache})
         cache, logits = out[kw], out.logits[:, -1]  # (N, V)
     seqs = [
-        SampledSequence(row, lps, "stop" if done else "length")
-        for row, lps, done in zip(rows, kept, ended, strict=True)
+        SampledSequence(row, lps, "stop" if scan.ended else "length")
+        for row, lps, scan in zip(tokens, kept, scans, strict=True)
     ]
     return seqs, first
 

@@ -12,8 +12,8 @@
   `Generation.backend_state`), which the on-policy training forward replays.
 - With `keep_cache` (episodes' turns) no row retires and no prompt is shared, so that the
   batch's KV cache can be continued (`resume`, as `sampling.PlainSampler` does).
-The draws are the reference decoder's: the same per-row uniforms (`sampling.row_noise`), the
-retired rows' draws (all pads) taken from uniform logits.
+The draws are the reference decoder's (the engine's one kernel, `draw.draw`): the same per-row
+uniforms (`draw.row_noise`), the retired rows' draws (all pads) taken from uniform logits.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from workers.grpo.config import GenerationParams
+from workers.grpo.draw import RowSeeds, draw, row_noise
 from workers.grpo.fast.graph_decode import StaticStep, applies, graphs_enabled
 from workers.grpo.fast.lean_decode import LeanDecoder
 from workers.grpo.fast.lean_forward import prompt_groups
@@ -34,13 +35,11 @@ from workers.grpo.fast.replay import DecodeRecord
 from workers.grpo.sampling import (
     Continuation,
     Generation,
-    RowSeeds,
     assemble,
     cache_keyword,
     continuation_of,
     resumed_batch,
-    row_noise,
-    sample_next,
+    settings_of,
 )
 from workers.grpo.text import Prompt, encode_groups, find_stops, pad_id
 
@@ -225,6 +224,7 @@ class FastSampler:
         `start`: a continued batch (`sampling.resumed_batch`), prefilled from its cache."""
         eos, pad = self.tokenizer.eos_token_id, pad_id(self.tokenizer)
         n, width = prompt_ids.shape
+        rows = settings_of(params, n, prompt_ids.device)
         total = width + params.max_new_tokens  # a continued batch's prompts are its sequences
         lean = LeanDecoder.build(self.model, total, rows=n) if self.lean else None
         forward = lean or _HFForward(self.model)
@@ -266,7 +266,7 @@ class FastSampler:
         out, kept = [], []
         live: Tensor | None = None  # (A,) the rows the decoder still decodes; None: all
         for t in range(params.max_new_tokens):
-            nxt, logprob = sample_next(logits, params, noise[:, t], keep)  # (N,)
+            nxt, logprob = draw(logits, rows, noise[:, t], keep)  # (N,)
             nxt = nxt.masked_fill(ended, pad)  # (N,)
             out.append(nxt)
             kept.append(logprob)
