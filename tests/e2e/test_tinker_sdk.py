@@ -360,7 +360,9 @@ def test_a_restarted_worker_never_resets_a_trained_run(
     assert pending["type"] == "try_again" and pending["queue_position"] == 0
     assert pending["queue_state"] == "active" and pending["request_id"] == request_id
     svc.procs.append(start_worker(svc))
-    with pytest.raises(tinker.RequestFailedError, match="lost when its tinker worker restarted"):
+    with pytest.raises(
+        tinker.RequestFailedError, match=r"state were lost \(its tinker worker restarted"
+    ):
         trainer.forward(BATCH, "cross_entropy").result()
     back = alice.create_training_client_from_state_with_optimizer(path).result()
     assert loss_of(back.forward(BATCH, "cross_entropy").result()) == pytest.approx(
