@@ -40,7 +40,7 @@ def descendants(pid: int) -> list[int]:
 
 
 class Child(Protocol):
-    """A child process: a `subprocess.Popen`, or a forked one (`training.forked`)."""
+    """A child process, as `subprocess.Popen` is one."""
 
     pid: int
 

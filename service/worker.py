@@ -63,17 +63,12 @@ def get_celery() -> Celery:
     # The embedded broker's URL is the same for every data folder: its folder tells them apart.
     broker = settings.broker_url or f"filesystem:{settings.broker_folder}"
     app = _celery_apps.get(broker)
-    if app is None:  # two threads may each make one: the first stored is used (no lock: fork)
+    if app is None:  # two threads may each make one: the first stored is used
         app = _celery_apps.setdefault(broker, make_celery(settings))
     return app
 
 
 _celery_apps: dict[str, Celery] = {}
-
-
-def forget_celery_apps() -> None:
-    """Drop the process's Celery apps (a forked child makes its own connections)."""
-    _celery_apps.clear()
 
 
 def celery_queue(queue: str, devices: int = 1) -> str:

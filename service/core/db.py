@@ -98,16 +98,6 @@ def _sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
-def forget_engines(*, close: bool) -> None:
-    """Drop the process's engines; the next `get_engine` makes a new one. A forked child passes
-    `close=False`: the connections it inherited are its parent's to close."""
-    engines = list(_engines.values())
-    _engines.clear()
-    _sessionmaker.cache_clear()
-    for engine in engines:
-        engine.dispose(close=close)
-
-
 def dispose_engine(url: str) -> None:
     """Close the connections of the engine of `url` and forget it (an app's shutdown)."""
     engine = _engines.pop(url, None)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from service.models.base import utcnow
@@ -94,3 +94,20 @@ def fail_lapsed(session: Session, model: Any, error: dict[str, Any]) -> int:
         .values(status="failed", error=error, finished_at=now)
         .execution_options(synchronize_session=False)
     ).rowcount
+
+
+def waiting_since(session: Session, model: Any, before: Any) -> list[Any]:
+    """Queued rows enqueued before `before`: their message may be lost."""
+    return list(
+        session.scalars(select(model).where(model.status == "queued", model.enqueued_at < before))
+    )
+
+
+def requeue(session: Session, model: Any, row_id: str) -> None:
+    """Mark a queued row as enqueued again now (its message is being sent again)."""
+    session.execute(
+        update(model)
+        .where(model.id == row_id, model.status == "queued")
+        .values(enqueued_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )

@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from service.core import leases
@@ -45,18 +45,6 @@ def renew(session: Session, evaluation_id: str, epoch: int, lease_seconds: float
 def fence(session: Session, evaluation_id: str, epoch: int) -> str:
     """The first statement of every write of a run; its status, or LeaseLost."""
     return leases.fence(session, Evaluation, evaluation_id, epoch, ACTIVE)
-
-
-def stored(session: Session, evaluation_id: str, epoch: int) -> int:
-    """Samples this claim has stored: the run's progress, as its pool process sees it."""
-    return (
-        session.scalar(
-            select(func.count())
-            .select_from(EvaluationSample)
-            .where(EvaluationSample.evaluation_id == evaluation_id, EvaluationSample.epoch == epoch)
-        )
-        or 0
-    )
 
 
 def start_over(session: Session, evaluation_id: str, epoch: int) -> None:
@@ -171,17 +159,8 @@ def expire(session: Session, max_attempts: int) -> list[Evaluation]:
 
 def waiting_since(session: Session, before: Any) -> list[Evaluation]:
     """Queued rows enqueued before `before`: their message may be lost."""
-    return list(
-        session.scalars(
-            select(Evaluation).where(Evaluation.status == "queued", Evaluation.enqueued_at < before)
-        )
-    )
+    return leases.waiting_since(session, Evaluation, before)
 
 
 def requeue(session: Session, row: Evaluation) -> None:
-    session.execute(
-        update(Evaluation)
-        .where(Evaluation.id == row.id, Evaluation.status == "queued")
-        .values(enqueued_at=utcnow())
-        .execution_options(synchronize_session=False)
-    )
+    leases.requeue(session, Evaluation, row.id)

@@ -11,13 +11,13 @@ from sqlalchemy.orm import Session
 
 from service.catalog.fine_tuned import PREFIX as FINE_TUNED_PREFIX
 from service.catalog.fine_tuned import find_fine_tuned
-from service.core.db import after_commit
 from service.core.ids import new_id
 from service.core.pagination import PageParams, paginate
 from service.core.problems import FieldError, conflict, invalid, not_found
 from service.datasets.service import find_dataset_by_reference
 from service.evaluations import rows
 from service.evaluations.schemas import EvaluationCreate
+from service.http.wakeups import wake_evaluation_after_commit
 from service.jobs import budget
 from service.jobs.base_model import ResolvedBase, resolve_base
 from service.jobs.model_checks import check_queue
@@ -25,7 +25,6 @@ from service.models import Dataset, Evaluation, EvaluationSample
 from service.models.base import utcnow
 from service.settings import Settings
 from service.verifiers.service import VERIFIERS
-from service.worker import enqueue_evaluation
 
 log = logging.getLogger(__name__)
 
@@ -122,15 +121,8 @@ def submit(
     )
     session.add(row)
     session.flush()
-    after_commit(session, lambda: _enqueue(row.id, row.queue))
+    wake_evaluation_after_commit(session, row.id, row.queue)
     return row
-
-
-def _enqueue(evaluation_id: str, queue: str) -> None:
-    try:
-        enqueue_evaluation(evaluation_id, queue)
-    except Exception:  # the reconciler sends it again once its queue is seen empty
-        log.warning("could not enqueue evaluation %s", evaluation_id, exc_info=True)
 
 
 def get_evaluation(session: Session, tenant_id: str, evaluation_id: str) -> Evaluation:

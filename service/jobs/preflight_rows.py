@@ -1,10 +1,18 @@
-"""A pre-flight row's states: queued -> running (a worker claimed it) -> succeeded | failed.
+"""A pre-flight row's states, each transition one conditional UPDATE (as an evaluation's in
+`service.evaluations.rows`; claim, renew and fence are `service.core.leases`'):
 
-Every transition is one conditional UPDATE on the status it leaves, so the API's expiry and
-the worker's outcome cannot both win: a worker that finishes after its pre-flight expired
-writes nothing, and a row is claimed once. No lease is renewed: a pre-flight is short, and
-GRPO_PREFLIGHT_TIMEOUT_S bounds each state (the worker kills its run at that point; a row whose
-worker died is failed by whoever reads it next, `expire_overdue`).
+    create   -> queued                                       (the API)
+    claim    queued | running with an expired lease -> running, epoch + 1, lease_until
+             (never a row queued past GRPO_PREFLIGHT_TIMEOUT_S: that one fails)
+    renew    lease_until = now+ttl WHERE epoch = mine        (the worker's run supervisor)
+    finish   running -> succeeded | failed WHERE epoch = mine
+    expire   running with an expired lease -> queued (or failed after max_attempts)
+                                                             (the reconciler: its worker died)
+
+So the API's expiry, the reconciler and the worker's outcome cannot both win: a worker that
+finishes after its pre-flight expired or was taken over writes nothing, and a row is run by one
+claim at a time. GRPO_PREFLIGHT_TIMEOUT_S still bounds each state: the worker kills a run past
+it, and a row left past it is failed by whoever reads it next (`expire_overdue`).
 """
 
 from __future__ import annotations
@@ -16,57 +24,91 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from service.core import leases
 from service.core.db import rows_matched
 from service.models import Preflight
 from service.models.base import utcnow
 from service.settings import Settings
+
+ACTIVE = ("running",)
 
 
 def _cutoff(settings: Settings) -> Any:
     return utcnow() - timedelta(seconds=settings.preflight_timeout_s)
 
 
-def claim(session: Session, preflight_id: str, settings: Settings) -> Preflight | None:
-    """queued -> running for this worker; None when it was taken, or waited too long."""
-    now = utcnow()
-    claimed = rows_matched(
-        session.execute(
-            update(Preflight)
-            .where(
-                Preflight.id == preflight_id,
-                Preflight.status == "queued",
-                Preflight.created_at > _cutoff(settings),
-            )
-            .values(status="running", started_at=now)
-            .execution_options(synchronize_session=False)
-        )
-    )
-    if not claimed:
-        return None
-    row = session.get(Preflight, preflight_id, populate_existing=True)
+def claim(session: Session, preflight_id: str, settings: Settings) -> int | None:
+    """Take the pre-flight under a lease: the new epoch; None when another worker has it, it
+    is final, or it waited past its timeout (then it fails: its client gave up on it)."""
+    row = session.get(Preflight, preflight_id)
     if row is not None:
-        session.expunge(row)
-    return row
+        if row.status == "queued":
+            expire_overdue(session, row, settings)
+        session.expunge(row)  # the claim's UPDATE need not evaluate it in Python
+    return leases.claim(
+        session, Preflight, preflight_id, settings.lease_seconds, keep_first_start=True
+    )
+
+
+def renew(session: Session, preflight_id: str, epoch: int, lease_seconds: float) -> str:
+    """Extend this run's lease; the row's status, or LeaseLost."""
+    return leases.renew(session, Preflight, preflight_id, epoch, lease_seconds, ACTIVE)
 
 
 def finish(
     session: Session,
     preflight_id: str,
+    epoch: int,
     result: dict[str, Any] | None,
     error: dict[str, Any] | None = None,
-) -> bool:
-    """running -> succeeded (`result`) or failed (`error`); False when it was no longer running."""
+) -> str | None:
+    """running -> succeeded (`result`) or failed (`error`) while this epoch's run holds the row;
+    the new status, or None when it no longer did."""
     status = "failed" if error is not None else "succeeded"
-    return bool(
-        rows_matched(
-            session.execute(
-                update(Preflight)
-                .where(Preflight.id == preflight_id, Preflight.status == "running")
-                .values(status=status, result=result, error=error, finished_at=utcnow())
-                .execution_options(synchronize_session=False)
-            )
+    done = rows_matched(
+        session.execute(
+            update(Preflight)
+            .where(leases.held(Preflight, preflight_id, epoch, ACTIVE))
+            .values(status=status, result=result, error=error, finished_at=utcnow())
+            .execution_options(synchronize_session=False)
         )
     )
+    return status if done else None
+
+
+def expire(session: Session, max_attempts: int) -> list[Preflight]:
+    """The reconciler's pass over lost leases (the worker died): each row goes back to the
+    queue, or fails once it has had `max_attempts` claims. Returns the rows to enqueue again."""
+    now = utcnow()
+    lost = and_(Preflight.status == "running", Preflight.lease_until < now)
+    message = (
+        f"its worker died or stopped renewing the lease, {max_attempts} times "
+        "(the last claim's lease lapsed)"
+    )
+    session.execute(
+        update(Preflight)
+        .where(lost, Preflight.attempts >= max_attempts)
+        .values(status="failed", error={"code": "lease_lost", "message": message}, finished_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return list(
+        session.scalars(
+            update(Preflight)
+            .where(lost)
+            .values(status="queued", enqueued_at=now)
+            .returning(Preflight)
+            .execution_options(synchronize_session=False)
+        )
+    )
+
+
+def waiting_since(session: Session, before: Any) -> list[Preflight]:
+    """Queued rows enqueued before `before`: their message may be lost."""
+    return leases.waiting_since(session, Preflight, before)
+
+
+def requeue(session: Session, row: Preflight) -> None:
+    leases.requeue(session, Preflight, row.id)
 
 
 def expire_overdue(session: Session, row: Preflight, settings: Settings) -> None:

@@ -14,7 +14,7 @@ from service.core.ids import new_id
 from service.core.problems import FieldError, conflict, invalid, not_found
 from service.datasets.service import find_dataset_by_reference
 from service.environments.service import ENVIRONMENTS
-from service.http.wakeups import wake_ups
+from service.http.wakeups import wake_job_after_commit
 from service.jobs import budget, lifecycle, model_checks, open_jobs, pausing, worker_registry
 from service.jobs.base_model import ResolvedBase, resolve_base
 from service.jobs.schemas import JobCreate, VerifierRef
@@ -180,7 +180,7 @@ def create_job(
         worker_registry.add_no_worker_event(session, job)
     session.flush()  # the job and its events in one flush
     before_commit(session, lambda: _take_open_job_place(session, tenant_id, settings))
-    after_commit(session, lambda: wake_ups.send(job.id, body.queue, job.devices))
+    wake_job_after_commit(session, job.id, body.queue, job.devices)
     return job
 
 
@@ -228,7 +228,7 @@ def resume_job(session: Session, settings: Settings, job: Job) -> Job:
     tenant_id = job.tenant_id  # 402 at the commit: a budget's pause holds
     before_commit(session, lambda: _take_open_job_place(session, tenant_id, settings))
     queue, devices = job.queue, job.devices
-    after_commit(session, lambda: wake_ups.send(job.id, queue, devices))
+    wake_job_after_commit(session, job.id, queue, devices)
     return job
 
 

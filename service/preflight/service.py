@@ -15,14 +15,14 @@ from sqlalchemy.orm import Session
 
 from service.core.db import session_scope
 from service.core.ids import new_id
-from service.core.problems import ProblemError, not_found, too_many
+from service.core.problems import not_found, too_many
+from service.http.wakeups import wake_preflight
 from service.jobs import budget, preflight_rows
 from service.jobs.schemas import JobCreate
 from service.jobs.service import validate_submission
 from service.models import PREFLIGHT_FINAL, Preflight
 from service.settings import Settings
 from service.storage import ObjectStorage
-from service.worker import enqueue_preflight
 
 log = logging.getLogger(__name__)
 POLL_MAX_S = 1.0
@@ -51,15 +51,7 @@ def submit(
     )
     session.add(row)
     session.commit()
-    try:
-        enqueue_preflight(row.id, row.queue)
-    except Exception:  # no reconciler re-sends pre-flights: fail it now, the client retries
-        log.warning("could not enqueue pre-flight %s", row.id, exc_info=True)
-        row.status, row.error = "failed", {"code": "broker_unavailable", "message": "no broker"}
-        session.commit()
-        raise ProblemError(
-            503, "Service Unavailable", "the broker is unreachable", headers={"Retry-After": "5"}
-        ) from None
+    wake_preflight(row.id, row.queue)  # a lost message is sent again by the reconciler
     return row
 
 

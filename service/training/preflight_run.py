@@ -2,10 +2,12 @@
 the engine's `workers.grpo.preflight` (one real GRPO step on a few prompts).
 
 Two callers:
-- the `grpo.preflight` task (`supervise`) runs a `POST /v1/jobs/preflight` row in a process of
-  its own, `python -m service.training.preflight_run ID`, as a job trains in one: tenant code never
-  runs in the Celery pool process, and a run past GRPO_PREFLIGHT_TIMEOUT_S is killed with every
-  process below it (its verifier sandboxes);
+- a `POST /v1/jobs/preflight` row runs in a process of its own, `python -m
+  service.training.preflight_run ID EPOCH SUPERVISOR_PID` (`main`), started by the run supervisor
+  (`supervisor.py`, kind `kinds.PREFLIGHT`) that claimed the row under a lease in the Celery pool
+  process: tenant code never runs there. The run beacons its one GRPO step (`progress.py`), so
+  the supervisor kills it (with its verifier sandboxes) past the step budget, past
+  GRPO_PREFLIGHT_TIMEOUT_S in all, or once its lease is lost; SIGTERM hands the row back;
 - a job with `preflight: "require"` (`gate`), in its training process before its first step.
 """
 
@@ -13,20 +15,20 @@ from __future__ import annotations
 
 import logging
 import shutil
-import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from service.core.db import session_scope
 from service.jobs import preflight_rows
 from service.models import Job, Preflight
-from service.process_group import Child, die_with_parent, exit_now, kill_tree
+from service.process_group import exit_now
 from service.settings import Settings, get_settings
 from service.storage import ObjectStorage, open_storage_from_settings
-from service.training import forked, resume
+from service.training import child, resume
+from service.training.child import DONE, LEFT_TO_RECONCILER
+from service.training.progress import Beacon
 from service.training.scorers import open_scorers
 from service.training.uploads import error_code
 from service.training.weights import weights_for
@@ -86,88 +88,54 @@ def gate(
 
 
 # -- a POST /v1/jobs/preflight row ------------------------------------------------------------
-def supervise(
-    preflight_id: str, settings: Settings | None = None, command: list[str] | None = None
-) -> None:
-    """The task: claim the row, run it in a child process, fail it if the child overruns or
-    dies without an outcome (`command` replaces the child's, for tests)."""
-    settings = settings or get_settings()
-    with session_scope() as session:
-        row = preflight_rows.claim(session, preflight_id, settings)
-    if row is None:
-        log.info("pre-flight %s is not claimable (taken, final or expired)", preflight_id)
-        return
-    proc: Child
-    if command is None:
-        proc = forked.start(process_main, [preflight_id], env={})  # the engine loaded: `forked.py`
-    else:
-        proc = subprocess.Popen(command, process_group=0)
-    try:
-        rc = proc.wait(timeout=settings.preflight_timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill(proc)
-        error = {
-            "code": "preflight_timeout",
-            "message": f"killed after {settings.preflight_timeout_s:g}s (GRPO_PREFLIGHT_TIMEOUT_S)",
-        }
-    except BaseException:
-        _kill(proc)
-        raise
-    else:
-        if rc == 0:
-            return  # the child recorded the outcome
-        error = {"code": "crashed", "message": f"the pre-flight process died (status {rc})"}
-    with session_scope() as session:
-        preflight_rows.finish(session, preflight_id, None, error)
-
-
-def _kill(proc: Child) -> None:
-    """SIGKILL the child's group and everything below it (sandboxes have sessions of their
-    own), as the job watchdog's kill."""
-    kill_tree(proc)
-
-
 def run_row(
-    row: Preflight, storage: ObjectStorage, settings: Settings, work_dir: Path
+    row: Preflight,
+    storage: ObjectStorage,
+    settings: Settings,
+    work_dir: Path,
+    beacon: Beacon | None = None,
 ) -> dict[str, Any]:
+    beacon = beacon or Beacon(None)
     records = resume.records(storage, row.spec["dataset"])
     weights = weights_for(row.base_model, row.spec, storage, settings, work_dir)
-    with open_scorers(row.tenant_id, row.spec["verifiers"]) as scorers:
+    with open_scorers(row.tenant_id, row.spec["verifiers"], beacon) as scorers:
+        beacon.send("step_begins", step=1)  # start-up over: its one step, under the step budget
         report = measure(row.spec, records, scorers, weights, settings)
+        beacon.send("step", step=1)
     report["memory_estimate"] = row.memory_estimate
     return report
 
 
 def main(argv: list[str]) -> int:
-    die_with_parent(signal.SIGKILL)  # the task enforces the timeout: never outlive it
+    """The run's life: DONE once its outcome is recorded (or the row is not its to run),
+    LEFT_TO_RECONCILER when SIGTERM handed the row back."""
+    if (entered := child.enter(argv)) is None:
+        return LEFT_TO_RECONCILER
+    preflight_id, epoch = entered
     logging.basicConfig(level=logging.INFO, force=True)
     settings = get_settings()
+    beacon = Beacon.from_env()
     with session_scope() as session:
-        row = session.get(Preflight, argv[0])
-        if row is None or row.status != "running":
-            return 0
+        row = session.get(Preflight, preflight_id)
+        if row is None or row.epoch != epoch or row.status != "running":
+            return DONE  # taken over, or final: nothing of it is this run's
         session.expunge(row)
     work_dir = settings.data_path / "work" / row.id
     try:
-        result = run_row(row, open_storage_from_settings(settings), settings, work_dir)
+        result = run_row(row, open_storage_from_settings(settings), settings, work_dir, beacon)
     except Exception as exc:  # every failure is the pre-flight's outcome, with its reason
         log.exception("pre-flight %s failed", row.id)
         with session_scope() as session:
             error = {"code": error_code(exc), "message": str(exc)[:2000]}
-            preflight_rows.finish(session, row.id, None, error)
+            preflight_rows.finish(session, row.id, epoch, None, error)
     else:
         with session_scope() as session:
-            preflight_rows.finish(session, row.id, result)
+            preflight_rows.finish(session, row.id, epoch, result)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
-    return 0
-
-
-def process_main(argv: list[str]) -> NoReturn:
-    """The pre-flight's process: `main`, then out at once (the outcome is committed: no
-    teardown of torch). `python -m service.training.preflight_run ID` runs it in a fresh one."""
-    exit_now(main(argv))
+    return DONE
 
 
 if __name__ == "__main__":
-    process_main(sys.argv[1:])
+    # Out at once after the outcome (committed): no teardown of torch's modules.
+    exit_now(main(sys.argv[1:]))

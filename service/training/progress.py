@@ -1,7 +1,8 @@
-"""Progress beacons: how a training process tells its watchdog that it is getting somewhere.
+"""Progress beacons: how a run (a job's training process, an evaluation, a pre-flight) tells its
+supervisor that it is getting somewhere.
 
-The training process writes one short JSON line per event to a pipe the watchdog reads
-(`watchdog.py`, in the Celery pool process, which runs no tenant code):
+The run writes one short JSON line per event to a pipe its supervisor reads (`supervisor.py`,
+in the Celery pool process, which runs no tenant code):
   {"k": "step_begins", "step": n}   at every step boundary (the engine's should_stop hook)
   {"k": "step", "step": n}           step n recorded
   {"k": "checkpoint", "step": n}     step n's checkpoint stored

@@ -7,9 +7,10 @@ conditional UPDATE of `lifecycle`):
   from its last committed checkpoint), or fails once it has used `max_attempts` claims;
 - a `queued` job waiting longer than `requeue_after_seconds` while its queue holds no message
   at all had its message lost (a broker restart, a flushed Redis): it is enqueued again.
-A duplicate message costs nothing: the claim lets exactly one run through. Evaluations get the
-same passes (`reconcile_evaluations`, through `service.evaluations.rows`). Tinker requests whose
-lease lapsed are failed, never re-run (`reconcile_tinker`).
+A duplicate message costs nothing: the claim lets exactly one run through. Evaluations and
+pre-flights get the same passes (`reconcile_rows`, through `service.evaluations.rows` and
+`service.jobs.preflight_rows`, which share the shape: expire, waiting_since, requeue). Tinker
+requests whose lease lapsed are failed, never re-run (`reconcile_tinker`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import timedelta
+from types import ModuleType
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -25,8 +28,8 @@ from service import worker
 from service.core import leases
 from service.core.db import session_scope
 from service.evaluations import rows as evaluation_rows
-from service.jobs import lifecycle
-from service.models import Evaluation, Job, TinkerRequest
+from service.jobs import lifecycle, preflight_rows
+from service.models import Job, TinkerRequest
 from service.models.base import utcnow
 from service.models.tinker_request import LEASE_LAPSED
 from service.settings import Settings
@@ -52,18 +55,19 @@ def reconcile(session: Session, settings: Settings, queue_depth: QueueDepth) -> 
     return to_enqueue
 
 
-def reconcile_evaluations(
-    session: Session, settings: Settings, queue_depth: QueueDepth
-) -> list[Evaluation]:
-    """The same pass over evaluations: lost leases taken back, lost messages sent again."""
-    to_enqueue = evaluation_rows.expire(session, settings.max_attempts)
+def reconcile_rows(
+    session: Session, settings: Settings, queue_depth: QueueDepth, rows: ModuleType
+) -> list[Any]:
+    """The same pass over evaluations or pre-flights (`rows`, their transitions): lost leases
+    taken back, lost messages sent again; returns the rows to enqueue once committed."""
+    to_enqueue = rows.expire(session, settings.max_attempts)
     stale = utcnow() - timedelta(seconds=settings.requeue_after_seconds)
     empty: dict[str, bool] = {}
-    for row in evaluation_rows.waiting_since(session, stale):
+    for row in rows.waiting_since(session, stale):
         if row.queue not in empty:
             empty[row.queue] = queue_depth(row.queue) == 0
         if empty[row.queue]:
-            evaluation_rows.requeue(session, row)
+            rows.requeue(session, row)
             to_enqueue.append(row)
     session.flush()
     return to_enqueue
@@ -84,13 +88,20 @@ def run_once(settings: Settings) -> int:
         found = reconcile(session, settings, worker.queue_depth)
         jobs = [(j.id, j.queue, j.devices) for j in found]
         evaluations = [
-            (e.id, e.queue) for e in reconcile_evaluations(session, settings, worker.queue_depth)
+            (e.id, e.queue)
+            for e in reconcile_rows(session, settings, worker.queue_depth, evaluation_rows)
+        ]
+        preflights = [
+            (p.id, p.queue)
+            for p in reconcile_rows(session, settings, worker.queue_depth, preflight_rows)
         ]
     for job_id, queue, devices in jobs:
         worker.enqueue_training(job_id, queue, devices)
     for evaluation_id, queue in evaluations:
         worker.enqueue_evaluation(evaluation_id, queue)
-    return len(jobs) + len(evaluations)
+    for preflight_id, queue in preflights:
+        worker.enqueue_preflight(preflight_id, queue)
+    return len(jobs) + len(evaluations) + len(preflights)
 
 
 def run_forever(settings: Settings, stop: threading.Event) -> None:

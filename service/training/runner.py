@@ -34,6 +34,7 @@ from service.settings import Settings, get_settings
 from service.storage import ObjectStorage, open_storage_from_settings
 from service.storage.archive import make_tar
 from service.training import resume
+from service.training.child import DONE, LEFT_TO_RECONCILER
 from service.training.environment import open_environment
 from service.training.preflight_run import gate as preflight_gate
 from service.training.progress import Beacon
@@ -242,11 +243,6 @@ class JobRun:
             signal.signal(signal.SIGTERM, previous)
 
 
-# How a training process ends, for the watchdog that started it (its exit status).
-DONE = 0  # the outcome is recorded (or the run lost its lease: nothing is left to it)
-LEFT_TO_RECONCILER = 75  # the database stayed away: the lease lapses, the job resumes
-
-
 def claim_job(job_id: str, settings: Settings) -> tuple[Job, int] | None:
     """Claim the job for this worker: the detached row and the new epoch, or None."""
     with session_scope() as session:
@@ -263,7 +259,7 @@ def claim_job(job_id: str, settings: Settings) -> tuple[Job, int] | None:
 
 def run_job(job_id: str, settings: Settings | None = None) -> None:
     """Claim the job and train it in this process, with no watchdog and no lease renewal
-    (tests, tools: a lease must outlast the run). Workers run jobs through `watchdog`."""
+    (tests, tools: a lease must outlast the run). Workers run jobs through `supervisor`."""
     settings = settings or get_settings()
     claimed = claim_job(job_id, settings)
     if claimed is not None:

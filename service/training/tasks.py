@@ -1,32 +1,18 @@
-"""The jobs domain's Celery tasks: thin adapters that pass an id to the watchdog (a training
-job), to the pre-flight supervisor (`preflight_run.supervise`) or to the evaluation's
-(`evaluation_run.supervise`).
+"""The jobs domain's Celery tasks: thin adapters that pass an id to the run supervisor
+(`supervisor.supervise`) with its kind (`kinds.JOB`, `kinds.EVALUATION`, `kinds.PREFLIGHT`).
 
 Only the worker imports this module (`service.worker` names it in `include`; the API enqueues
-by task name), once, in its main process: the supervisors are imported here, not in each task,
-so that every pool child (one a task) is forked with them loaded instead of importing them
-again (~2 s of CPU a task). The main process also imports the engine, once, at start
-(`forked.preload`): a pool child forks the training process with it loaded. None of them
-runs anything of the engine: the training runs in that child process. Once the worker has
-stopped, its main process ends without unloading them.
+by task name), once, in its main process: the supervisor is imported here, not in each task,
+so that every pool child (one a task) is forked with it loaded. None of it loads the engine:
+each run is a fresh interpreter the supervisor starts (`python -m <the kind's child>`).
 """
 
-import atexit
-
-from celery.signals import (
-    after_setup_logger,
-    after_setup_task_logger,
-    worker_init,
-    worker_process_init,
-    worker_shutdown,
-)
-from celery.worker import WorkController
+from celery.signals import after_setup_logger, after_setup_task_logger, worker_process_init
 
 from service.core.db import end_idle_transactions_after
-from service.process_group import exit_now, exit_status
 from service.settings import get_settings
-from service.training import evaluation_run, forked, preflight_run
-from service.training.watchdog import supervise_job
+from service.training import kinds
+from service.training.supervisor import supervise
 from service.worker import EVALUATION_TASK, PREFLIGHT_TASK, TRAIN_TASK, app
 from workers.observability import JsonFormatter
 
@@ -39,40 +25,23 @@ def _json_logs(logger, *_args, **_kwargs) -> None:  # type: ignore[no-untyped-de
         handler.setFormatter(JsonFormatter())
 
 
-@worker_init.connect
-def _preload_engine(**_kwargs: object) -> None:
-    """Before the pool starts: every pool child, and the training process it forks, has it."""
-    forked.preload()
-
-
-@worker_shutdown.connect
-def _exit_without_teardown(sender: WorkController, **_kwargs: object) -> None:
-    """The worker has stopped (its pool joined, its messages acknowledged): end the process
-    as the interpreter would, its exit functions run, short of unloading every module the
-    preload imported (torch: ~1.3 s of each worker's stop)."""
-    atexit._run_exitfuncs()
-    exit_now(exit_status(sender.exitcode))  # the status Celery would exit with
-
-
 @worker_process_init.connect
 def _no_frozen_row_locks(**_kwargs: object) -> None:
-    """A trainer stuck inside a transaction longer than its lease loses the transaction."""
+    """A supervisor stuck inside a transaction longer than its lease loses the transaction."""
     end_idle_transactions_after(get_settings().lease_seconds)
 
 
 @app.task(name=TRAIN_TASK)
 def train_job(job_id: str) -> None:
-    # This process holds the lease and the watchdog; the training runs in a child of its own.
-    supervise_job(job_id)
+    # This process holds the lease; the training runs in a fresh interpreter of its own.
+    supervise(kinds.JOB, job_id)
 
 
 @app.task(name=PREFLIGHT_TASK)
 def preflight(preflight_id: str) -> None:
-    # As train_job: the pre-flight itself runs in a child process (service.training.preflight_run).
-    preflight_run.supervise(preflight_id)
+    supervise(kinds.PREFLIGHT, preflight_id)
 
 
 @app.task(name=EVALUATION_TASK)
 def evaluation(evaluation_id: str) -> None:
-    # As train_job: this process holds the lease; the evaluation runs in a child of its own.
-    evaluation_run.supervise(evaluation_id)
+    supervise(kinds.EVALUATION, evaluation_id)

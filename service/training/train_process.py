@@ -1,37 +1,33 @@
-"""The training process: `run([JOB_ID, EPOCH, WATCHDOG_PID])`.
+"""The training process: `run([JOB_ID, EPOCH, SUPERVISOR_PID])`.
 
-Forked by the watchdog (`watchdog.py`) that claimed the job, with the engine already imported
-(`forked.py`; `python -m service.training.train_process JOB_ID EPOCH WATCHDOG_PID` runs the same
-in a fresh interpreter), in a process group of its own, with the progress pipe's descriptor in
-GRPO_PROGRESS_FD. Everything tenant-driven that runs on
-the worker (the engine on the tenant's data, the verifier sandboxes and built-in helper it
-starts) runs here or below, never in the process that renews the lease. It dies with its
-watchdog (PR_SET_PDEATHSIG), and its exit status tells the watchdog what is left to do
-(`runner.DONE`, `runner.LEFT_TO_RECONCILER`; anything else is a crash). A job of
-`resources.devices` N > 1 is trained by N ranks this process launches as its children, in its
-group (`ranks.py`).
+`python -m service.training.train_process JOB_ID EPOCH SUPERVISOR_PID`: a fresh interpreter
+started by the run supervisor (`supervisor.py`, kind `kinds.JOB`) that claimed the job, in a
+process group of its own, with the progress pipe's descriptor in GRPO_PROGRESS_FD. Everything
+tenant-driven that runs on the worker (the engine on the tenant's data, the verifier sandboxes
+and built-in helper it starts) runs here or below, never in the process that renews the lease.
+It dies with its supervisor (PR_SET_PDEATHSIG), and its exit status tells the supervisor what is
+left to do (`child.DONE`, `child.LEFT_TO_RECONCILER`; anything else is a crash). A job
+of `resources.devices` N > 1 is trained by N ranks this process launches as its children, in
+its group (`ranks.py`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import sys
 import threading
 
-from service.process_group import die_with_parent, exit_now
+from service.process_group import exit_now
+from service.training import child
 
 
 def main(argv: list[str]) -> int:
-    job_id, epoch, watchdog = argv[0], int(argv[1]), int(argv[2])
-    # SIGTERM (the watchdog passing on a worker's shutdown) may come while torch still loads:
+    # SIGTERM (the supervisor passing on a worker's shutdown) may come while torch still loads:
     # it is kept and honoured at the first step boundary (checkpoint, hand the job back).
     release = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: release.set())
-    die_with_parent(signal.SIGKILL)  # never outlive the watchdog: nobody would renew the lease
-    if os.getppid() != watchdog:  # it died before the kernel could be told
+    if (entered := child.enter(argv, lambda *_: release.set())) is None:
         return 1
+    job_id, epoch = entered
 
     from service.core.db import end_idle_transactions_after, session_scope
     from service.models import Job
@@ -80,7 +76,7 @@ def _exit_if_ended(job_id: str, code: int) -> None:
 
 
 def run(argv: list[str]) -> int:
-    """The training process's life: its exit status (`runner.DONE`, ...)."""
+    """The training process's life: its exit status (`supervisor.DONE`, ...)."""
     code = main(argv)
     _exit_if_ended(argv[0], code)
     return code

@@ -13,11 +13,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.core.ids import new_id
 from service.core.leases import LeaseLost
 from service.evaluations import rows
-from service.models import Evaluation, EvaluationSample, Tenant
+from service.models import Evaluation, Tenant
 from service.models.base import utcnow
 from service.settings import Settings
-from service.training.evaluation_run import Stall
-from service.training.reconciler import reconcile_evaluations
+from service.training.reconciler import reconcile_rows
 
 
 def _new(sessions: sessionmaker[Session]) -> str:
@@ -109,7 +108,7 @@ def test_reconciler_sends_lost_messages_and_takes_back_leases(
 
     def run(depth: int | None) -> set[str]:
         with sessions.begin() as s:
-            return {e.id for e in reconcile_evaluations(s, settings, lambda _queue: depth)}
+            return {e.id for e in reconcile_rows(s, settings, lambda _queue: depth, rows)}
 
     # the queue still holds messages (or cannot tell): only the lost lease comes back
     assert run(3) == {lost}
@@ -119,24 +118,3 @@ def test_reconciler_sends_lost_messages_and_takes_back_leases(
     assert run(0) == {waiting}
     assert run(0) == set()  # enqueued again: it waits anew
     assert fresh not in run(0)
-
-
-def test_progress_and_the_stall_budget(sessions: sessionmaker[Session]) -> None:
-    eval_id = _new(sessions)
-    with sessions.begin() as s:
-        assert rows.claim(s, eval_id, 60) == 1
-        s.add(
-            EvaluationSample(
-                evaluation_id=eval_id, index=0, epoch=1, record=0, sample=0, prompt="p",
-                completion="c", reward=1.0, scores={"v": 1.0}, errors={}, length=1,
-                truncated=False, passed=True,
-            )
-        )  # fmt: skip
-    with sessions.begin() as s:
-        assert (rows.stored(s, eval_id, 1), rows.stored(s, eval_id, 2)) == (1, 0)
-    stall = Stall(step_s=10.0, startup_s=100.0, since=0.0)
-    assert not stall.overdue(0, 109.0) and stall.overdue(0, 111.0)  # loading: both budgets
-    stall = Stall(step_s=10.0, startup_s=100.0, since=0.0)
-    assert not stall.overdue(64, 50.0)  # a first batch restarts the clock ...
-    assert not stall.overdue(64, 59.0) and stall.overdue(64, 61.0)  # ... on the step budget
-    assert not stall.overdue(128, 61.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
@@ -41,3 +42,17 @@ def sessions(db_url: str) -> Iterator[sessionmaker[Session]]:
     engine = make_engine(db_url)
     yield sessionmaker(engine, expire_on_commit=False)
     engine.dispose()
+
+
+@pytest.fixture
+def scoped(sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run supervisor's and the run kinds' units of work on the test's database."""
+    from service.training import kinds, supervisor
+
+    @contextmanager
+    def scope() -> Iterator[Session]:
+        with sessions.begin() as session:
+            yield session
+
+    monkeypatch.setattr(supervisor, "session_scope", scope)
+    monkeypatch.setattr(kinds, "session_scope", scope)

@@ -1,12 +1,11 @@
-"""Pre-flight rows on both databases: one claim, outcomes only while running, and a row whose
-worker died or overran ends `failed` with a reason instead of hanging."""
+"""Pre-flight rows on both databases: one claim under a lease, outcomes only while that claim
+holds the row, and a row whose worker overran ends `failed` with a reason instead of hanging
+(a worker that died: `test_run_supervisor.py`)."""
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from service.jobs import preflight_rows
 from service.models import Preflight
 from service.models.base import utcnow
 from service.settings import Settings
-from service.training import preflight_run
+from service.training import kinds, supervisor
 
 
 def make_preflight(sessions: sessionmaker[Session]) -> tuple[str, str]:
@@ -54,12 +53,13 @@ def test_claimed_once_and_finished_once(sessions: sessionmaker[Session]) -> None
     pf_id, tenant = make_preflight(sessions)
     with sessions.begin() as s:
         assert preflight_rows.count_open(s, tenant, SETTINGS) == 1
-        assert preflight_rows.claim(s, pf_id, SETTINGS) is not None
+        assert preflight_rows.claim(s, pf_id, SETTINGS) == 1
     with sessions.begin() as s:
         assert preflight_rows.claim(s, pf_id, SETTINGS) is None
-        assert preflight_rows.finish(s, pf_id, {"reward_mean": 1.0})
+        assert preflight_rows.finish(s, pf_id, 1, {"reward_mean": 1.0}) == "succeeded"
     with sessions.begin() as s:
-        assert not preflight_rows.finish(s, pf_id, None, {"code": "crashed", "message": "x"})
+        crash = {"code": "crashed", "message": "x"}
+        assert preflight_rows.finish(s, pf_id, 1, None, crash) is None
         assert preflight_rows.count_open(s, tenant, SETTINGS) == 0
     assert status(sessions, pf_id) == ("succeeded", None)
 
@@ -82,17 +82,7 @@ def test_overdue_rows_fail_with_a_reason(sessions: sessionmaker[Session], claime
     assert state == "failed" and error is not None and error["code"] == "preflight_timeout"
     assert ("did not finish" if claimed else "no worker of queue 'gpu'") in error["message"]
     with sessions.begin() as s:  # the late worker's outcome writes nothing
-        assert not preflight_rows.finish(s, pf_id, {"reward_mean": 1.0})
-
-
-@pytest.fixture
-def scoped(sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch) -> None:
-    @contextmanager
-    def scope() -> Iterator[Session]:
-        with sessions.begin() as session:
-            yield session
-
-    monkeypatch.setattr(preflight_run, "session_scope", scope)
+        assert preflight_rows.finish(s, pf_id, 1, {"reward_mean": 1.0}) is None
 
 
 @pytest.mark.usefixtures("scoped")
@@ -102,13 +92,20 @@ def test_supervisor_kills_an_overrun_and_records_a_crash(
     cfg = Settings(data_dir=tmp_path, preflight_timeout_s=1)
     hung, _ = make_preflight(sessions)
     start = time.monotonic()
-    preflight_run.supervise(hung, cfg, [sys.executable, "-c", "import time; time.sleep(60)"])
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    supervisor.supervise(kinds.PREFLIGHT, hung, cfg, sleep)
     assert time.monotonic() - start < 10
     state, error = status(sessions, hung)
-    assert state == "failed" and error is not None and error["code"] == "preflight_timeout"
+    assert state == "failed" and error == {
+        "code": "preflight_timeout",
+        "message": "the pre-flight process did not finish within 1s (GRPO_PREFLIGHT_TIMEOUT_S) "
+        "and was killed",
+    }
     crashed, _ = make_preflight(sessions)
-    preflight_run.supervise(crashed, cfg, [sys.executable, "-c", "raise SystemExit(3)"])
+    supervisor.supervise(
+        kinds.PREFLIGHT, crashed, cfg, [sys.executable, "-c", "raise SystemExit(3)"]
+    )
     state, error = status(sessions, crashed)
     assert state == "failed" and error == {
-        "code": "crashed", "message": "the pre-flight process died (status 3)"
+        "code": "crashed", "message": "the pre-flight process died (exit status 3)"
     }  # fmt: skip

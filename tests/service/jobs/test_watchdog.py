@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.models import Job, JobEvent
 from service.models.base import utcnow
 from service.settings import QueueSettings, Settings
-from service.training import runner, watchdog
+from service.training import kinds, runner, supervisor
 from tests.service.jobs.test_lifecycle import make_job
 
 FAKE = str(Path(__file__).with_name("fake_trainer.py"))
@@ -37,10 +37,10 @@ def enqueued(sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch) -
             yield session
 
     monkeypatch.setattr(runner, "session_scope", scope)
-    monkeypatch.setattr(watchdog, "session_scope", scope)
+    monkeypatch.setattr(supervisor, "session_scope", scope)
     sent: list[str] = []
     monkeypatch.setattr(
-        watchdog, "enqueue_training", lambda job_id, _queue, _devices=1: sent.append(job_id)
+        kinds.worker, "enqueue_training", lambda job_id, _queue, _devices=1: sent.append(job_id)
     )
     return sent
 
@@ -56,7 +56,7 @@ def settings(tmp_path: Path, **overrides: object) -> Settings:
 
 def supervise(job_id: str, cfg: Settings, *mode: str) -> float:
     start = time.monotonic()
-    watchdog.supervise_job(job_id, cfg, [sys.executable, FAKE, *mode])
+    supervisor.supervise(kinds.JOB, job_id, cfg, [sys.executable, FAKE, *mode])
     return time.monotonic() - start
 
 

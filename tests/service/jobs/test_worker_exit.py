@@ -1,5 +1,6 @@
-"""A stopped Celery worker ends its main process without unloading the engine it imported at
-start (`service.training.tasks`): its exit functions still run, and its status is Celery's."""
+"""A stopped Celery worker ends its main process as an interpreter does (it loads no engine:
+each run is a fresh interpreter of its own): its exit functions run, and its status is
+Celery's."""
 
 from __future__ import annotations
 
