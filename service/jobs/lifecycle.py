@@ -38,7 +38,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import case, delete, literal, select, update
 from sqlalchemy.orm import Session
 
 from service.core import leases
@@ -50,6 +50,8 @@ from service.webhooks import outbox  # noqa: F401  (adds each event's webhook de
 
 # Statuses that hold a lease: a run writes (fenced by its epoch) only while its job is in one.
 ACTIVE = ("running", "cancelling", "pausing")
+# The statuses a cancel moves on (`cancelling` is one already asked to stop).
+_CANCELLABLE = ("queued", "paused", "running", "pausing")
 
 
 class AlreadyFinal(RuntimeError):
@@ -237,8 +239,12 @@ def end_attempt(
     `verifier_timeout`) when every attempt ended by the watchdog, else `attempts_exhausted`.
     `cancelling` becomes `cancelled`. `cause` = {code, message, watchdog, ...}, kept in an
     `attempt_ended` event. Returns the new status, or None when the run no longer holds the job."""
+    # Locked from this read to the commit: a cancel or pause the API commits meanwhile waits,
+    # rather than making the UPDATE below find nothing and leave the job to its lease's expiry.
     job = session.scalar(
-        select(Job).where(Job.id == job_id, Job.epoch == epoch, Job.status.in_(ACTIVE))
+        select(Job)
+        .where(Job.id == job_id, Job.epoch == epoch, Job.status.in_(ACTIVE))
+        .with_for_update()
     )
     if job is None:
         return None
@@ -287,14 +293,27 @@ def end_attempt(
 
 def cancel(session: Session, job: Job) -> Job:
     """A queued or paused job is cancelled at once; a running or pausing one is asked to stop
-    at its next step."""
-    if job.status in FINAL_STATUSES:
+    at its next step (`cancelling`); a cancelling one stays so. One UPDATE chooses the move by
+    the row's status as it is then, not as `job` was read: a job that finished (or was claimed)
+    meanwhile is never overwritten. AlreadyFinal, naming its final status, for a final job."""
+    at_once = Job.status.in_(("queued", "paused"))
+    now = literal(utcnow(), Job.finished_at.type)
+    moved = session.scalar(
+        update(Job)
+        .where(Job.id == job.id, Job.status.in_(_CANCELLABLE))
+        .values(
+            status=case((at_once, "cancelled"), else_="cancelling"),
+            finished_at=case((at_once, now), else_=Job.finished_at),
+        )
+        .returning(Job.status)
+        .execution_options(synchronize_session=False)
+    )
+    session.refresh(job)
+    if moved is None and job.status in FINAL_STATUSES:
         raise AlreadyFinal(f"job '{job.id}' is already {job.status}")
-    if job.status in ("queued", "paused"):
-        job.status, job.finished_at = "cancelled", utcnow()
+    if moved == "cancelled":
         add_event(session, job.id, "status", "job cancelled", {"status": "cancelled"})
-    elif job.status in ("running", "pausing"):
-        job.status = "cancelling"
+    elif moved == "cancelling":
         add_event(session, job.id, "status", "cancellation requested", {"status": "cancelling"})
     session.flush()
     return job
@@ -324,10 +343,20 @@ def expire(session: Session, max_attempts: int) -> list[Job]:
     return requeued
 
 
-def requeue(session: Session, job: Job) -> None:
-    """A queued job whose broker message was lost: mark it enqueued again (the caller sends)."""
-    job.enqueued_at = utcnow()
-    add_event(session, job.id, "requeued", "broker message lost; enqueued again", {})
+def requeue(session: Session, job: Job) -> bool:
+    """A queued job whose broker message was lost: mark it enqueued again (the caller sends);
+    False when it is no longer queued (claimed, paused or cancelled since it was read)."""
+    moved = rows_matched(
+        session.execute(
+            update(Job)
+            .where(Job.id == job.id, Job.status == "queued")
+            .values(enqueued_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+    )
+    if moved:
+        add_event(session, job.id, "requeued", "broker message lost; enqueued again", {})
+    return bool(moved)
 
 
 def waiting_since(session: Session, before: datetime) -> list[Job]:

@@ -68,7 +68,8 @@ def resume(session: Session, job: Job) -> Job:
         .returning(Job.id)
         .execution_options(synchronize_session=False)
     )
-    if moved is None:
+    if moved is None:  # the status it has now, not the one read before (a race moved it on)
+        session.refresh(job)
         raise WrongStatus(f"job '{job.id}' is {job.status}, not paused: only a paused job resumes")
     add_event(session, job.id, "status", "job resumed; queued", {"status": "queued"})
     session.refresh(job)

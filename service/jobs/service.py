@@ -211,9 +211,10 @@ def cancel_job(session: Session, job: Job) -> Job:
 
 def pause_job(session: Session, job: Job) -> Job:
     """A queued job is paused at once; a running one checkpoints at its next step boundary."""
-    if not pausing.request_pause(session, job.id, "requested by the API"):
+    paused = pausing.request_pause(session, job.id, "requested by the API")
+    session.refresh(job)  # the status the UPDATE found, not the one read before it
+    if not paused:
         raise conflict(f"job '{job.id}' is {job.status}: only a queued or running job pauses")
-    session.refresh(job)
     return job
 
 

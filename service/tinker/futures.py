@@ -77,9 +77,9 @@ def load(session: Session, tenant_id: str, request_id: str) -> TinkerRequest:
 
 
 def queue_position(session: Session, row: TinkerRequest) -> int:
-    """About how many requests run before this one (0: it runs now, or next): its tenant's
-    older open requests, k of them, and, tenants taking turns, up to k + 1 of each other
-    tenant's open requests."""
+    """How many of its own tenant's open requests are before this one (0: it is the tenant's
+    next). Other tenants' requests are not counted, however many wait: a tenant's answers say
+    nothing of another's activity (docs/rate-limits.md)."""
     own = session.scalar(
         select(func.count())
         .select_from(TinkerRequest)
@@ -89,13 +89,7 @@ def queue_position(session: Session, row: TinkerRequest) -> int:
             TinkerRequest.seq < row.seq,
         )
     )
-    others = session.scalars(
-        select(func.count())
-        .where(TinkerRequest.status.in_(OPEN), TinkerRequest.tenant_id != row.tenant_id)
-        .group_by(TinkerRequest.tenant_id)
-    )
-    k = int(own or 0)
-    return k + sum(min(int(n), k + 1) for n in others)
+    return int(own or 0)
 
 
 # Validation at submission: the engine's own checks (workers/tinker/validation.py, torch-free,

@@ -48,7 +48,7 @@ async def wait(tenant_id: str, request_id: str) -> tuple[TinkerRequest, int]:
 def answer(found: tuple[TinkerRequest, int], protobuf: bool) -> Response:
     row, ahead = found
     if row.status in futures.OPEN:
-        reason = "running" if row.status == "running" else f"queued, {ahead} requests ahead"
+        reason = "running" if row.status == "running" else f"queued, {ahead} of yours ahead"
         body = schemas.TryAgain(request_id=row.id, queue_state_reason=reason, queue_position=ahead)
         return JSONResponse(body.model_dump())
     if row.status == "failed":

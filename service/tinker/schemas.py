@@ -164,7 +164,7 @@ class TryAgain(BaseModel):
     request_id: str
     queue_state: Literal["active", "paused_capacity", "paused_rate_limit"] = "active"
     queue_state_reason: str | None = None
-    queue_position: int  # ours: requests ahead of this one (0: it runs now or next)
+    queue_position: int  # ours: the tenant's own open requests ahead of this one
 
 
 class SupportedModel(BaseModel):

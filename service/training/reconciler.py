@@ -48,8 +48,7 @@ def reconcile(session: Session, settings: Settings, queue_depth: QueueDepth) -> 
         broker_queue = worker.celery_queue(job.queue, job.devices)  # its device class's
         if broker_queue not in empty_queues:
             empty_queues[broker_queue] = queue_depth(broker_queue) == 0
-        if empty_queues[broker_queue]:
-            lifecycle.requeue(session, job)
+        if empty_queues[broker_queue] and lifecycle.requeue(session, job):
             to_enqueue.append(job)
     session.flush()
     return to_enqueue

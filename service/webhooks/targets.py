@@ -5,7 +5,8 @@ host resolves to is public: loopback, private, link-local, multicast, reserved, 
 shared ranges are refused, in IPv4 and IPv6, including IPv4 embedded in IPv6 (mapped, 6to4,
 NAT64). Checked at creation and again at every send, where the request then goes to the very
 address that was checked (a DNS answer that changes between check and connect, DNS rebinding,
-reaches nothing new).
+reaches nothing new). A name that does not resolve is refused exactly as a private one
+(`_not_public`): the refusal is no oracle for the operator's internal DNS.
 """
 
 from __future__ import annotations
@@ -66,7 +67,20 @@ def parse(url: str, allow_private: bool) -> httpx.URL:
     return parsed
 
 
+def _not_public(host: str) -> TargetRefused:
+    """The one refusal of a host, whether its name does not resolve, resolves to no address or
+    to one that is not public: telling them apart would let a tenant probe the operator's
+    internal DNS (which names exist inside). It names the host as the caller wrote it, never
+    an address a name resolved to."""
+    return TargetRefused(
+        f"host '{host}' is not a public address (it does not resolve, or resolves to a "
+        "loopback, private, link-local or other non-public address): refused unless the "
+        "operator allows private targets"
+    )
+
+
 def addresses(host: str, port: int) -> list[IPAddress]:
+    """The host's addresses; none for a name that does not resolve."""
     try:
         return [ipaddress.ip_address(host)]
     except ValueError:
@@ -74,7 +88,7 @@ def addresses(host: str, port: int) -> list[IPAddress]:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError):
-        raise TargetRefused(f"host '{host}' does not resolve") from None
+        return []
     # scope ids (fe80::1%eth0) are cut before parsing; the address itself is what is judged
     return list(dict.fromkeys(ipaddress.ip_address(str(i[4][0]).split("%")[0]) for i in infos))
 
@@ -85,13 +99,8 @@ def resolve(url: str, allow_private: bool) -> Target:
     parsed = parse(url, allow_private)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     found = addresses(parsed.host, port)
-    if not found:
-        raise TargetRefused(f"host '{parsed.host}' has no address")
-    # The refusal names the host as the caller wrote it, never an address a name resolved to:
-    # that would answer internal DNS queries for anyone who can create a webhook.
-    if not allow_private and not all(is_public(ip) for ip in found):
-        raise TargetRefused(
-            f"host '{parsed.host}' is not a public address (loopback, private, link-local...): "
-            "refused unless the operator allows private targets"
-        )
+    if not allow_private and not (found and all(is_public(ip) for ip in found)):
+        raise _not_public(parsed.host)
+    if not found:  # private targets allowed: any name may be reached, nothing to hide
+        raise TargetRefused(f"host '{parsed.host}' does not resolve")
     return Target(url=parsed, address=str(found[0]))

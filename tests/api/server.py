@@ -38,6 +38,8 @@ LIMITS = {
     # No worker here: a pre-flight answers 202 at once, still queued.
     "GRPO_PREFLIGHT_WAIT_S": "0",
     "GRPO_EVAL_MAX_RECORDS": "10",
+    # No tinker worker here: a pending request's retrieve_future answers try_again soon.
+    "GRPO_TINKER_LONG_POLL_S": "0.2",
 }
 # The operator's /metrics token: the API tests scrape as the operator does.
 METRICS_TOKEN = "metrics-token-for-tests"

@@ -90,6 +90,18 @@ def test_unsafe_targets_are_refused_naming_the_url(client: httpx.Client, url: st
     assert [e["path"] for e in r.json()["errors"]] == ["$.url"]
 
 
+def test_an_unresolvable_host_is_refused_exactly_as_a_private_one(client: httpx.Client) -> None:
+    """No oracle for the operator's internal DNS: a name that does not resolve, a name that
+    resolves to loopback and a private address answer alike, the host as written aside."""
+    hosts = ("no-such-host.invalid", "localhost", "10.1.2.3")
+    answers = set()
+    for host in hosts:
+        r = _create(client, f"https://{host}/hook")
+        assert r.status_code == 422, r.text
+        answers.add((r.status_code, r.headers["content-type"], r.text.replace(host, "HOST")))
+    assert len(answers) == 1, answers
+
+
 def test_unknown_events_are_refused_naming_the_field(client: httpx.Client) -> None:
     r = client.post("/v1/webhooks", json={"url": PUBLIC, "events": ["job.queued", "job.exploded"]})
     assert r.status_code == 422, r.text

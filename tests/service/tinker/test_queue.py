@@ -63,12 +63,13 @@ def test_a_pending_future_says_where_it_stands(sessions: sessionmaker[Session]) 
         a, b = tenants(db, "place-a", "place-b")
         a_rows = queue(db, a, 3)
         b_rows = queue(db, b, 1)
-        # b's one request waits behind a's first only; a's third behind a's two and b's one
-        assert futures.queue_position(db, b_rows[0]) == 1
-        assert futures.queue_position(db, a_rows[2]) == 3
-        answer = polling.answer((b_rows[0], 1), protobuf=True)
+        # each counts its own tenant's requests ahead of it, never the other tenant's
+        assert futures.queue_position(db, b_rows[0]) == 0
+        assert futures.queue_position(db, a_rows[2]) == 2
+        answer = polling.answer((a_rows[2], 2), protobuf=True)
         body = json.loads(answer.body)
-        assert body["type"] == "try_again" and body["queue_position"] == 1
-        assert body["queue_state"] == "active" and "1 requests ahead" in body["queue_state_reason"]
+        assert body["type"] == "try_again" and body["queue_position"] == 2
+        assert body["queue_state"] == "active"
+        assert body["queue_state_reason"] == "queued, 2 of yours ahead"
         for row in a_rows + b_rows:  # leave nothing queued for the other tests
             futures.finish(db, row.seq, error={"error": "done", "category": "user"})
