@@ -13,12 +13,13 @@
 
 Device time is metered per claim, in the transition that ends it (`finish`, whoever calls it:
 the run, or the pool process once it killed the run): the seconds from the claim to the outcome.
-A claim whose worker died (its lease expired) counts nothing: when it stopped is unknown.
+A claim whose worker died (its lease expired) counts nothing: when it stopped is unknown. A
+claim still running counts up to now in the tenant's budget (`service.jobs.budget`), so that
+the budget holds while an evaluation runs.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import delete, select, update
@@ -27,7 +28,7 @@ from sqlalchemy.orm import Session
 from service.core import leases
 from service.core.db import rows_matched
 from service.models import Evaluation, EvaluationSample
-from service.models.base import utcnow
+from service.models.base import aware, utcnow
 
 ACTIVE = ("running", "cancelling")
 
@@ -79,7 +80,7 @@ def finish(
     else:
         status = "failed" if error is not None else "succeeded"
     now = utcnow()
-    held = (now - _aware(started)).total_seconds() if started is not None else 0.0
+    held = (now - aware(started)).total_seconds() if started is not None else 0.0
     session.execute(
         update(Evaluation)
         .where(leases.held(Evaluation, evaluation_id, epoch, ACTIVE))
@@ -92,10 +93,6 @@ def finish(
         )
     )
     return status
-
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def add_usage(

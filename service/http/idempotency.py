@@ -18,7 +18,7 @@ import json
 import random
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Request, Response
@@ -33,7 +33,7 @@ from service.core.problems import FieldError, ProblemError, conflict, invalid
 from service.core.text import text_problem, unstorable_text
 from service.http.deps import SessionDep, SettingsDep, TenantDep
 from service.models import IdempotencyKey
-from service.models.base import utcnow
+from service.models.base import aware, utcnow
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -56,10 +56,6 @@ class Replay(Exception):
 
     def __init__(self, status_code: int, body: Any) -> None:
         self.status_code, self.body = status_code, body
-
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 async def fingerprint(request: Request) -> str:
@@ -135,7 +131,7 @@ async def acquire(claim: Claim, method_path: str, digest: str, settings: Any) ->
                     await run_in_threadpool(_purge, utcnow() - ttl)
                 return
             continue  # lost the race to a concurrent duplicate: read its row
-        age = utcnow() - _aware(row.created_at)
+        age = utcnow() - aware(row.created_at)
         if age > ttl or (row.status_code is None and age > lock):
             await run_in_threadpool(_drop, claim, row.created_at)  # expired, or its API died
             continue

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from service.core.problems import ProblemError
 from service.jobs import pausing, preflight_rows
 from service.models import Evaluation, JobUsage, Tenant, TinkerRequest
+from service.models.base import aware, utcnow
 from service.settings import get_settings
 
 BUDGET_PROBLEM = "https://grpo-service.dev/problems/budget-exhausted"
@@ -43,8 +44,8 @@ class BudgetState:
 
 
 def device_seconds_used(session: Session, tenant_id: str) -> float:
-    """Every device-second of the tenant: its jobs' recorded steps, its pre-flights and its
-    evaluations."""
+    """Every device-second of the tenant: its jobs' recorded steps, its pre-flights, its Tinker
+    requests and its evaluations (those still running up to now)."""
     total = session.scalar(
         select(func.coalesce(func.sum(JobUsage.device_seconds), 0.0)).where(
             JobUsage.tenant_id == tenant_id
@@ -62,7 +63,22 @@ def device_seconds_used(session: Session, tenant_id: str) -> float:
             Evaluation.tenant_id == tenant_id
         )
     )
-    return float(total or 0.0) + float(evaluations or 0.0) + sum(s for _, _, s in held)
+    running = _running_evaluations_seconds(session, tenant_id)
+    return float(total or 0.0) + float(evaluations or 0.0) + running + sum(s for _, _, s in held)
+
+
+def _running_evaluations_seconds(session: Session, tenant_id: str) -> float:
+    """What the tenant's running evaluations have held so far: an evaluation's claim is
+    metered whole when it ends (`service.evaluations.rows.finish`)."""
+    now = utcnow()
+    started = session.scalars(
+        select(Evaluation.started_at).where(
+            Evaluation.tenant_id == tenant_id,
+            Evaluation.status.in_(("running", "cancelling")),
+            Evaluation.started_at.is_not(None),
+        )
+    )
+    return sum(max(0.0, (now - aware(s)).total_seconds()) for s in started if s is not None)
 
 
 def budget_state(

@@ -18,7 +18,7 @@ it, and a row left past it is failed by whoever reads it next (`expire_overdue`)
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from service.core import leases
 from service.core.db import rows_matched
 from service.models import Preflight
-from service.models.base import utcnow
+from service.models.base import aware, utcnow
 from service.settings import Settings
 
 ACTIVE = ("running",)
@@ -164,10 +164,6 @@ def count_open(session: Session, tenant_id: str, settings: Settings) -> int:
     )
 
 
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
 def device_time(
     session: Session, tenant_id: str, settings: Settings, since: datetime | None = None
 ) -> Iterator[tuple[str, datetime, float]]:
@@ -182,6 +178,6 @@ def device_time(
         stmt = stmt.where(Preflight.started_at >= since)
     now = utcnow()
     for preflight_id, started, finished in session.execute(stmt):
-        start = _aware(started)
-        held = (_aware(finished) if finished else now) - start
+        start = aware(started)
+        held = (aware(finished) if finished else now) - start
         yield preflight_id, start, min(max(held.total_seconds(), 0.0), settings.preflight_timeout_s)

@@ -18,6 +18,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def aware(value: datetime) -> datetime:
+    """A stored time as UTC-aware (SQLite hands back naive datetimes)."""
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map = {datetime: DateTime(timezone=True), dict: JSON, list: JSON}

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 
 from service.core import leases
 from service.core.ids import new_id
+from service.jobs.budget import refuse_over_budget
 from service.models import CatalogModel, TinkerRequest, TinkerRun
 from service.models.base import utcnow
 from service.models.tinker_request import LEASE_LAPSED
@@ -50,7 +51,11 @@ def submit(
     status: str = "queued",
     result: dict[str, Any] | None = None,
 ) -> TinkerRequest:
-    """A new future; `status` "done" with its `result` for what the API answers itself."""
+    """A new future; `status` "done" with its `result` for what the API answers itself. Every
+    request that queues device work answers 402 once the tenant's budget is spent, whatever
+    its kind (an optim_step, a save, a load, a sample as a forward_backward)."""
+    if status == "queued":
+        refuse_over_budget(session, tenant_id)
     row = TinkerRequest(
         id=new_id("tkq"),
         tenant_id=tenant_id,

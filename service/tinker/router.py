@@ -14,7 +14,6 @@ from fastapi.responses import StreamingResponse
 
 from service.core.problems import ProblemError
 from service.http.deps import SessionDep, StorageDep, authenticate
-from service.jobs.budget import refuse_over_budget
 from service.jobs.service import lineage_in_use
 from service.tinker import futures, polling, schemas, service, wire
 from service.tinker.service import bad_request
@@ -139,7 +138,6 @@ async def forward_backward(request: Request, tenant: TenantDep, db: SessionDep):
 def _queue_forward_backward(db: Any, tenant: str, body: dict[str, Any]) -> schemas.UntypedFuture:
     run = service.get_run(db, tenant, body["model_id"])
     futures.check_forward_backward(body, service.catalog_model(db, run.base_model))
-    refuse_over_budget(db, tenant)
     kind = "forward" if body["forward_only"] else "forward_backward"
     payload = {k: body[k] for k in ("loss_fn", "loss_fn_config", "data")}
     return _future(futures.submit(db, tenant, kind, run.base_model, payload, run))
@@ -249,7 +247,6 @@ def asample(body: schemas.SampleIn, tenant: TenantDep, db: SessionDep):
         prompt.extend(chunk.tokens)
     params = body.sampling_params
     futures.check_sample(prompt, body.num_samples, params, model)
-    refuse_over_budget(db, tenant)
     stop = [params.stop] if isinstance(params.stop, str) else params.stop
     payload = {
         "prompt": prompt,

@@ -27,6 +27,7 @@ from service.core.db import session_scope
 from service.core.leases import LeaseLost
 from service.evaluations import rows
 from service.evaluations.results import summarize
+from service.jobs import budget
 from service.models import Evaluation, EvaluationSample
 from service.process_group import exit_now
 from service.settings import Settings, get_settings
@@ -39,6 +40,10 @@ from service.training.uploads import error_code
 from service.training.weights import weights_for
 
 log = logging.getLogger(__name__)
+
+
+class BudgetExhausted(RuntimeError):
+    """The tenant's device-hour budget ran out while the evaluation ran (checked per batch)."""
 
 
 def _store(evaluation_id: str, epoch: int, batch: list[dict[str, Any]], threshold: float) -> str:
@@ -90,6 +95,13 @@ def run(
             status = _store(row.id, epoch, numbered, threshold)
             with session_scope() as session:
                 rows.add_usage(session, row.id, tokens=batch.completion_tokens)
+                spent = budget.budget_state(session, row.tenant_id)
+            if spent is not None and spent.exhausted and status != "cancelling":
+                total = len(records) * k
+                raise BudgetExhausted(
+                    f"device-hour budget exhausted ({spent.describe()}): stopped after "
+                    f"{len(samples)} of {total} samples, which are kept"
+                )
             beacon.send("step", step=step)  # a batch is the evaluation's step
             beacon.send("step_begins", step=step + 1)
             if status == "cancelling":

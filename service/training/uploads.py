@@ -18,6 +18,7 @@ ERROR_CODES = {
     "LookupError": "missing_reference",
     "NonFiniteTraining": "non_finite_training",
     "PreflightFailed": "preflight_failed",
+    "BudgetExhausted": "budget_exhausted",
 }
 
 

@@ -133,3 +133,28 @@ def test_cancel_a_running_evaluation(client: httpx.Client) -> None:
     assert final["usage"]["device_seconds"] > 0  # the time it held the worker is metered
     assert len(all_samples(client, eval_id)) < 10 * 32  # it stopped before the end
     assert client.post(f"/v1/evaluations/{eval_id}/cancel").status_code == 409
+
+
+def test_an_evaluation_stops_at_its_tenants_budget(embedded_service: RunningService) -> None:
+    """The budget holds while it runs: its device time counts as it goes, and the run stops at
+    the first batch boundary past the budget, failed with `budget_exhausted`, its samples kept."""
+    from service.usage.service import set_budget
+
+    c = embedded_service.client(embedded_service.new_key("evaluations-budget"))
+    made = c.post("/v1/verifiers", json={"name": "has-digit", "kind": "regex",
+                                         "config": {"pattern": "[0-9]"}})  # fmt: skip
+    assert made.status_code == 201, made.text
+    r = c.post("/v1/datasets", json={"name": "digits", "records": digit_records(16)})
+    assert r.status_code == 201, r.text
+    with embedded_service.session() as session:  # ~0.4 ms: spent by its first batch
+        set_budget(session, "evaluations-budget", 1e-7)
+    three_batches = {"verifiers": [{"name": "has-digit"}], "samples_per_prompt": 32}
+    r = c.post("/v1/evaluations", json=body(TINY, **three_batches))
+    assert r.status_code == 201, r.text
+    final = wait_evaluation(c, r.json()["id"])
+    assert final["status"] == "failed" and final["error"]["code"] == "budget_exhausted", final
+    assert "device-hour budget exhausted" in final["error"]["message"]
+    kept = all_samples(c, final["id"])
+    assert 0 < len(kept) < 6 * 32 and f"stopped after {len(kept)} of {6 * 32}" in str(final)
+    refused = c.post("/v1/evaluations", json=body(TINY, **three_batches))
+    assert refused.status_code == 402, refused.text

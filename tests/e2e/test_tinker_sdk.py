@@ -315,11 +315,23 @@ def test_device_time_shows_in_usage_and_a_budget_stops_new_work(svc: RunningServ
             usage = http.get("/v1/usage", params={"group_by": "job"}).json()
         rows = {row["job_id"]: row for row in usage["data"]}
         assert rows[trainer.model_id]["device_seconds_by_kind"]["tinker"] > 0
+        saved = trainer.save_state("before-the-budget").result().path
+        sampler = trainer.save_weights_and_get_sampling_client("before-the-budget")
         with svc.session() as session:
             set_budget(session, "tinker-carol", 1e-9)
-        with pytest.raises(tinker.APIStatusError) as refused:
-            trainer.forward_backward(BATCH, "cross_entropy").result()
-        assert refused.value.status_code == 402
+        params = types.SamplingParams(max_tokens=2)
+        calls = {  # every call that queues device work, not only the first of a step
+            "forward_backward": lambda: trainer.forward_backward(BATCH, "cross_entropy"),
+            "optim_step": lambda: trainer.optim_step(types.AdamParams(learning_rate=1e-3)),
+            "save_weights": lambda: trainer.save_state("over-budget"),
+            "save_for_sampler": lambda: trainer.save_weights_for_sampler("over-budget"),
+            "load_weights": lambda: trainer.load_state(saved),
+            "sample": lambda: sampler.sample(types.ModelInput.from_ints([1, 2]), 1, params),
+        }
+        for name, call in calls.items():
+            with pytest.raises(tinker.APIStatusError) as refused:
+                call().result()
+            assert refused.value.status_code == 402, name
     finally:
         carol.close("success").result()
 
