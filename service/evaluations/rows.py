@@ -31,6 +31,7 @@ from service.models import Evaluation, EvaluationSample
 from service.models.base import aware, utcnow
 
 ACTIVE = ("running", "cancelling")
+OPEN = ("queued", *ACTIVE)  # what counts against GRPO_EVAL_MAX_OPEN_PER_TENANT
 
 
 def claim(session: Session, evaluation_id: str, lease_seconds: float) -> int | None:

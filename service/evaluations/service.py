@@ -6,19 +6,19 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.catalog.fine_tuned import PREFIX as FINE_TUNED_PREFIX
 from service.catalog.fine_tuned import find_fine_tuned
 from service.core.ids import new_id
 from service.core.pagination import PageParams, paginate
-from service.core.problems import FieldError, conflict, invalid, not_found
+from service.core.problems import FieldError, conflict, invalid, not_found, too_many
 from service.datasets.service import find_dataset_by_reference
 from service.evaluations import rows
 from service.evaluations.schemas import EvaluationCreate
 from service.http.wakeups import wake_evaluation_after_commit
-from service.jobs import budget
+from service.jobs import budget, open_jobs
 from service.jobs.base_model import ResolvedBase, resolve_base
 from service.jobs.model_checks import check_queue
 from service.models import Dataset, Evaluation, EvaluationSample
@@ -109,6 +109,7 @@ def submit(
 ) -> Evaluation:
     spec, base = validate(session, settings, tenant_id, body)
     budget.refuse_over_budget(session, tenant_id)  # 402 after the 422s, as POST /v1/jobs
+    refuse_too_many_open(session, settings, tenant_id)
     row = Evaluation(
         id=new_id("eval"),
         tenant_id=tenant_id,
@@ -123,6 +124,24 @@ def submit(
     session.flush()
     wake_evaluation_after_commit(session, row.id, row.queue)
     return row
+
+
+def refuse_too_many_open(session: Session, settings: Settings, tenant_id: str) -> None:
+    """429 with Retry-After when the tenant has GRPO_EVAL_MAX_OPEN_PER_TENANT evaluations
+    queued, running or cancelling, counted under the tenant's submission lock (exact under
+    concurrent submissions, as the open-jobs limit)."""
+    open_jobs.lock_tenant(session, tenant_id)
+    held = session.scalar(
+        select(func.count()).where(
+            Evaluation.tenant_id == tenant_id, Evaluation.status.in_(rows.OPEN)
+        )
+    )
+    limit = settings.eval_max_open_per_tenant
+    if (held or 0) >= limit:
+        raise too_many(
+            f"the tenant has {limit} open evaluations; the limit is {limit}",
+            settings.eval_open_retry_after_s,
+        )
 
 
 def get_evaluation(session: Session, tenant_id: str, evaluation_id: str) -> Evaluation:

@@ -107,6 +107,17 @@ def lock_and_count(session: Session, tenant_id: str, up_to: int) -> tuple[float 
     return (budget_row[0] if budget_row else None), (count_row[0] if count_row else 0)
 
 
+def lock_tenant(session: Session, tenant_id: str) -> None:
+    """Serialise the tenant's submissions until the session's transaction ends, with the lock
+    the open-jobs count takes: a count of another kind of open work (evaluations, Tinker
+    sessions) made under it is exact too."""
+    params = {"tenant": tenant_id}
+    if session.get_bind().dialect.name == "sqlite":
+        session.execute(_TAKE_WRITE_LOCK, params)
+    else:
+        session.execute(_LOCK_ROW, params)
+
+
 def refuse_over_limit(tenant_id: str, live: int, settings: Settings) -> None:
     """Under the tenant's lock, once the job is inserted: 429 when the tenant's `live` jobs
     (`lock_and_count`, counted up to the limit + 1), this one included, are over the limit

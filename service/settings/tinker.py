@@ -6,6 +6,21 @@ from pydantic import BaseModel, Field
 
 
 class TinkerSettings(BaseModel):
+    tinker_max_open_sessions: int = Field(
+        16,
+        ge=1,
+        description="Tinker sessions a tenant may hold open at once: created, not finished, "
+        "and heartbeating within GRPO_TINKER_SESSION_IDLE_S (429 with Retry-After beyond it).",
+    )
+    tinker_session_idle_s: float = Field(
+        300.0,
+        gt=0,
+        description="A Tinker session with no heartbeat for this long no longer counts as open "
+        "(the SDK heartbeats every few seconds while a client lives).",
+    )
+    tinker_sessions_retry_after_s: int = Field(
+        30, ge=1, description="Retry-After sent with the 429 for too many open Tinker sessions."
+    )
     tinker_long_poll_s: float = Field(
         10.0,
         gt=0,

@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from service.core.problems import ProblemError
-from service.http.deps import SessionDep, StorageDep, authenticate
+from service.http.deps import SessionDep, SettingsDep, StorageDep, authenticate
 from service.jobs.service import lineage_in_use
 from service.tinker import futures, polling, schemas, service, wire
 from service.tinker.service import bad_request
@@ -82,9 +82,9 @@ async def telemetry(tenant: TenantDep) -> dict[str, str]:
 
 @router.post("/create_session")
 def create_session(
-    body: schemas.CreateSessionIn, tenant: TenantDep, db: SessionDep
+    body: schemas.CreateSessionIn, tenant: TenantDep, db: SessionDep, settings: SettingsDep
 ) -> dict[str, Any]:
-    return {"type": "create_session", "session_id": service.create_session(db, tenant)}
+    return {"type": "create_session", "session_id": service.create_session(db, settings, tenant)}
 
 
 @router.post("/session_heartbeat")

@@ -4,17 +4,19 @@ words), so an id or a tinker:// path says nothing about who owns it. No web fram
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.core.ids import new_id
-from service.core.problems import FieldError, ProblemError
+from service.core.problems import FieldError, ProblemError, too_many
+from service.jobs import open_jobs
 from service.jobs.budget import refuse_over_budget
 from service.models import CatalogModel, TinkerCheckpoint, TinkerRun, TinkerSession
 from service.models.base import utcnow
+from service.settings import Settings
 from service.tinker import schemas
 from workers.tinker.types import MAX_LORA_RANK
 
@@ -36,7 +38,26 @@ def missing(kind: str, ident: str) -> ProblemError:
 # Sessions
 
 
-def create_session(session: Session, tenant_id: str) -> str:
+def create_session(session: Session, settings: Settings, tenant_id: str) -> str:
+    """A new session; 429 with Retry-After when the tenant holds GRPO_TINKER_MAX_OPEN_SESSIONS
+    open ones (not finished, heartbeating), counted under the tenant's submission lock."""
+    open_jobs.lock_tenant(session, tenant_id)
+    idle = utcnow() - timedelta(seconds=settings.tinker_session_idle_s)
+    held = session.scalar(
+        select(func.count()).where(
+            TinkerSession.tenant_id == tenant_id,
+            TinkerSession.kind == "session",
+            TinkerSession.finished_at.is_(None),
+            TinkerSession.heartbeat_at > idle,
+        )
+    )
+    limit = settings.tinker_max_open_sessions
+    if (held or 0) >= limit:
+        raise too_many(
+            f"the tenant has {limit} open Tinker sessions; the limit is {limit} (finish one, "
+            f"or let it go idle for {settings.tinker_session_idle_s:g}s)",
+            settings.tinker_sessions_retry_after_s,
+        )
     row = TinkerSession(id=new_id("tks"), tenant_id=tenant_id, kind="session")
     session.add(row)
     session.flush()
