@@ -5,6 +5,7 @@ from service.models.base import Base
 from service.models.catalog_model import CatalogModel
 from service.models.checkpoint import Checkpoint
 from service.models.dataset import Dataset
+from service.models.device_turn import DeviceTurn
 from service.models.environment import EnvironmentVersion
 from service.models.evaluation import EVALUATION_FINAL, Evaluation, EvaluationSample
 from service.models.idempotency_key import IdempotencyKey
@@ -37,6 +38,7 @@ __all__ = [
     "CatalogModel",
     "Checkpoint",
     "Dataset",
+    "DeviceTurn",
     "EnvironmentVersion",
     "Evaluation",
     "EvaluationSample",

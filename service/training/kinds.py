@@ -24,8 +24,9 @@ from service.evaluations import rows as evaluation_rows
 from service.jobs import lifecycle, preflight_rows
 from service.models import Evaluation, Preflight
 from service.settings import Settings
+from service.training import turns
 from service.training.runner import claim_job
-from service.training.supervisor import Cause, Claim, RunKind
+from service.training.supervisor import Cause, Claim, RunKind, supervise
 
 
 def _error(cause: Cause) -> dict[str, str]:
@@ -39,7 +40,9 @@ def _claim_job(job_id: str, settings: Settings) -> Claim | None:
     if claimed is None:
         return None
     job, epoch = claimed
-    return Claim(epoch, job.queue, job.devices)
+    with session_scope() as session:
+        turns.mark_served(session, job.tenant_id, job.queue)
+    return Claim(epoch, job.queue, job.tenant_id, job.devices)
 
 
 def _renew_job(session: Session, job_id: str, epoch: int, settings: Settings) -> str:
@@ -76,8 +79,13 @@ def _row_kind(
     def claim_row(row_id: str, settings: Settings) -> Claim | None:
         with session_scope() as session:
             epoch = claim(session, row_id, settings)
-            queue = session.scalar(select(model.queue).where(model.id == row_id))
-        return None if epoch is None or queue is None else Claim(epoch, queue)
+            if epoch is None:
+                return None
+            queue, tenant_id = session.execute(
+                select(model.queue, model.tenant_id).where(model.id == row_id)
+            ).one()
+            turns.mark_served(session, tenant_id, queue)
+        return Claim(epoch, queue, tenant_id)
 
     def renew(session: Session, row_id: str, epoch: int, settings: Settings) -> str:
         return str(rows.renew(session, row_id, epoch, settings.lease_seconds))
@@ -119,3 +127,18 @@ PREFLIGHT = _row_kind(
     total_code="preflight_timeout",
     total_setting="GRPO_PREFLIGHT_TIMEOUT_S",
 )
+
+
+KINDS = {kind.name: kind for kind in (JOB, EVALUATION, PREFLIGHT)}
+
+
+def supervise_turn(kind: RunKind, row_id: str, command: list[str] | None = None) -> None:
+    """What a run's message does on a worker: claim and see through the queued row whose turn it
+    is on that row's queue (`turns.order`), this row or another tenant's; one that another
+    worker claims first passes the turn to the next (`command`: as `supervise`'s, tests)."""
+    with session_scope() as session:
+        found = turns.where(session, kind.name, row_id)
+        candidates = turns.order(session, *found) if found is not None else []
+    for name, candidate in candidates:
+        if supervise(KINDS[name], candidate, command=command):
+            return

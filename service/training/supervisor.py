@@ -66,6 +66,7 @@ class Claim:
 
     epoch: int
     queue: str
+    tenant_id: str
     devices: int = 1
 
 
@@ -93,14 +94,14 @@ class RunKind:
 
 def supervise(
     kind: RunKind, row_id: str, settings: Settings | None = None, command: list[str] | None = None
-) -> None:
+) -> bool:
     """Claim the row and see one attempt at it through (`command`, a program run instead of the
-    kind's child, is for tests)."""
+    kind's child, is for tests); False when it was not claimable."""
     settings = settings or get_settings()
     claim = kind.claim(row_id, settings)
     if claim is None:
         log.info("%s %s is not claimable (taken or final)", kind.name, row_id)
-        return
+        return False
     job_context.set({"job_id": row_id, "epoch": claim.epoch})
     log.info("claimed %s %s (epoch %d)", kind.name, row_id, claim.epoch)
     run = Supervisor(kind, row_id, claim, settings)
@@ -110,6 +111,7 @@ def supervise(
             run.run()
     finally:
         run.close()
+    return True
 
 
 class Supervisor:

@@ -1,5 +1,6 @@
-"""The jobs domain's Celery tasks: thin adapters that pass an id to the run supervisor
-(`supervisor.supervise`) with its kind (`kinds.JOB`, `kinds.EVALUATION`, `kinds.PREFLIGHT`).
+"""The jobs domain's Celery tasks: thin adapters that pass an id to the run supervisor with
+its kind (`kinds.JOB`, `kinds.EVALUATION`, `kinds.PREFLIGHT`); the supervisor runs the queued
+row whose turn it is on that row's queue (`kinds.supervise_turn`, `turns.py`).
 
 Only the worker imports this module (`service.worker` names it in `include`; the API enqueues
 by task name), once, in its main process: the supervisor is imported here, not in each task,
@@ -12,7 +13,7 @@ from celery.signals import after_setup_logger, after_setup_task_logger, worker_p
 from service.core.db import end_idle_transactions_after
 from service.settings import get_settings
 from service.training import kinds
-from service.training.supervisor import supervise
+from service.training.kinds import supervise_turn
 from service.worker import EVALUATION_TASK, PREFLIGHT_TASK, TRAIN_TASK, app
 from workers.observability import JsonFormatter
 
@@ -34,14 +35,14 @@ def _no_frozen_row_locks(**_kwargs: object) -> None:
 @app.task(name=TRAIN_TASK)
 def train_job(job_id: str) -> None:
     # This process holds the lease; the training runs in a fresh interpreter of its own.
-    supervise(kinds.JOB, job_id)
+    supervise_turn(kinds.JOB, job_id)
 
 
 @app.task(name=PREFLIGHT_TASK)
 def preflight(preflight_id: str) -> None:
-    supervise(kinds.PREFLIGHT, preflight_id)
+    supervise_turn(kinds.PREFLIGHT, preflight_id)
 
 
 @app.task(name=EVALUATION_TASK)
 def evaluation(evaluation_id: str) -> None:
-    supervise(kinds.EVALUATION, evaluation_id)
+    supervise_turn(kinds.EVALUATION, evaluation_id)

@@ -183,7 +183,7 @@ def test_a_run_is_a_fresh_interpreter(tmp_path: Path) -> None:
         name="probe",
         process="the probe",
         child="tests.service.jobs.fresh_probe",
-        claim=lambda _id, _settings: Claim(1, "gpu"),
+        claim=lambda _id, _settings: Claim(1, "gpu", "tenant"),
         renew=lambda *_: "running",
         end=lambda *_: None,
         enqueue=lambda *_: None,
