@@ -20,8 +20,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import count
+from typing import Any, cast
 
-from sqlalchemy import Row, bindparam, delete, exists, select, update
+from sqlalchemy import CursorResult, Row, bindparam, delete, exists, select, update
 from sqlalchemy.orm import Session
 
 from service.models import Webhook, WebhookDelivery
@@ -185,9 +186,6 @@ def drop_orphans(session: Session) -> int:
     """Delete pending deliveries whose webhook is gone: an event written while its webhook was
     being deleted can leave one, and no claim (which starts from the webhooks) would see it."""
     orphaned = ~exists().where(W.id == D.webhook_id)
-    result = session.execute(
-        delete(D)
-        .where(D.status == "pending", orphaned)
-        .execution_options(synchronize_session=False)
-    )
-    return result.rowcount or 0
+    statement = delete(D).where(D.status == "pending", orphaned)
+    result = session.execute(statement.execution_options(synchronize_session=False))
+    return cast("CursorResult[Any]", result).rowcount or 0

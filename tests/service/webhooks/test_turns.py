@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import secrets
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.models import Tenant, Webhook, WebhookDelivery
@@ -63,3 +63,16 @@ def test_a_quiet_tenant_goes_before_anothers_backlog(sessions: sessionmaker[Sess
     with sessions.begin() as s:
         third = claims.claim(s, SETTINGS, 8, busy, turns)
     assert [a.tenant_id for a in third] == [quiet]
+
+
+def test_a_delivery_whose_webhook_is_gone_is_dropped(sessions: sessionmaker[Session]) -> None:
+    """An event written while its webhook was deleted leaves a row no claim would see."""
+    with sessions.begin() as s:
+        tenant, (kept,) = _tenant(s, 1)
+    _queue(sessions, tenant, kept, 1)
+    _queue(sessions, tenant, "wh_deleted_meanwhile", 2)
+    with sessions.begin() as s:
+        assert claims.drop_orphans(s) == 2
+    with sessions() as s:
+        rows = s.scalars(select(WebhookDelivery).where(WebhookDelivery.tenant_id == tenant))
+        assert [r.webhook_id for r in rows] == [kept]
