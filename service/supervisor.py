@@ -60,6 +60,8 @@ class Supervisor:
     grace_seconds: float = 600.0
     reconcile: bool = False
     _stop: threading.Event = field(default_factory=threading.Event)
+    _loops: list[threading.Thread] = field(default_factory=list)
+    _loops_grace_s: float = 0.0
 
     def run(self) -> int:
         procs = [self._start(cmd) for cmd in self.commands]
@@ -81,6 +83,7 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 _signal_group(p, signal.SIGKILL)
                 p.wait()
+        self._join_loops()
         if requested:
             return 0
         return max((p.returncode or 0) for p in procs) or 1
@@ -100,11 +103,20 @@ class Supervisor:
         from service.webhooks.dispatcher import run_forever as dispatch_forever
 
         settings = get_settings()
+        # The dispatcher, stopped, finishes and records its sends under way, each within
+        # GRPO_WEBHOOK_TIMEOUT_S: waited for, a restart re-sends nothing it had claimed.
+        self._loops_grace_s = settings.webhook_timeout_s + 10
         for name, loop in (("reconciler", run_forever), ("webhooks", dispatch_forever)):
             thread = threading.Thread(
                 target=loop, args=(settings, self._stop), name=name, daemon=True
             )
             thread.start()
+            self._loops.append(thread)
+
+    def _join_loops(self) -> None:
+        deadline = time.monotonic() + self._loops_grace_s
+        for thread in self._loops:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

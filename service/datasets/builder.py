@@ -20,6 +20,7 @@ import ijson
 
 from service.core.problems import FieldError
 from service.core.text import unstorable_text
+from service.datasets import line_index
 from service.datasets.records import MAX_ERRORS, record_errors
 
 MAX_DEPTH = 64  # nesting of one record: deeper is refused (and json.dumps would recurse)
@@ -37,6 +38,8 @@ class BuiltDataset:
     data: bytearray = field(default_factory=bytearray)
     num_records: int = 0
     chat: bool = False  # any prompt is chat messages
+    line_starts: list[int] = field(default_factory=list)  # of every EVERY-th line (line_index)
+    lines: int = 0  # written to `data`
     errors: list[FieldError] = field(default_factory=list)
 
 
@@ -67,7 +70,10 @@ class DatasetBuilder:
             built.errors += [FieldError(path=e.path, message=prefix + e.message) for e in problems]
             return
         built.chat = built.chat or isinstance(record.get("prompt"), list)
+        if built.lines % line_index.EVERY == 0:
+            built.line_starts.append(len(built.data))
         built.data += json.dumps(record, ensure_ascii=False).encode() + b"\n"
+        built.lines += 1
 
 
 def _shape_errors(record: Any, path: str) -> list[FieldError]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from typing import Any
 
@@ -12,6 +13,7 @@ from sqlalchemy.orm import Session
 from service.core.ids import new_id
 from service.core.problems import FieldError, conflict, invalid, not_found
 from service.core.quotas import check_dataset_quota
+from service.datasets import line_index
 from service.datasets.builder import BuiltDataset
 from service.models import UNFINISHED_STATUSES, Dataset, Job
 from service.models.base import utcnow
@@ -31,7 +33,8 @@ def create_dataset(
     data = bytes(built.data)
     dataset_id = new_id("ds")
     key = f"tenants/{tenant_id}/datasets/{dataset_id}.jsonl"
-    # The object is in place before the row that points at it is committed.
+    # The objects are in place before the row that points at them is committed.
+    storage.put_bytes(line_index.key_for(key), line_index.encode(built.line_starts))
     storage.put_bytes(key, data)
     row = Dataset(
         id=dataset_id,
@@ -122,14 +125,26 @@ def page_records(
 ) -> tuple[list[tuple[int, dict[str, Any]]], bool]:
     """Records after position `after` (None: from the first), in file order: (index, record)
     pairs and whether more follow. Positions are 0-based; the stored file is canonical JSONL,
-    one record a line."""
+    one record a line. Only the page's lines are read, from the nearest indexed line before
+    it (`line_index`): memory holds the page, never the dataset."""
     start = 0
     if after is not None:
         if not after.isdigit() or len(after) > 10:
             message = "must be a record id: its 0-based position, e.g. 19"
             raise invalid([FieldError(path="query.after", message=message)])
         start = int(after) + 1
-    lines = storage.get_bytes(row.object_key).splitlines()
-    chosen = lines[start : start + limit]
-    records = [(start + i, json.loads(line)) for i, line in enumerate(chosen)]
-    return records, start + limit < len(lines)
+    stop = min(start + limit, row.num_records)
+    if start >= stop:
+        return [], False
+    first, last = start // line_index.EVERY, -(-stop // line_index.EVERY)
+    begin, end = line_index.span(storage, row.object_key, first, last)
+    if end is None:
+        end = row.size_bytes or storage.size(row.object_key)
+    chunks = storage.open_range(row.object_key, begin, end - 1, line_index.CHUNK)
+    lines = line_index.iter_lines(chunks)
+    try:
+        skip = first * line_index.EVERY
+        chosen = list(itertools.islice(lines, start - skip, stop - skip))
+    finally:
+        lines.close()  # and the file or S3 body under it
+    return [(start + i, json.loads(line)) for i, line in enumerate(chosen)], stop < row.num_records

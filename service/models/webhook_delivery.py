@@ -16,10 +16,14 @@ class WebhookDelivery(Base):
     """
 
     __tablename__ = "webhook_deliveries"
-    __table_args__ = (Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),)
+    __table_args__ = (
+        Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
+        # The dispatcher's claims: per webhook, is one due and which is due longest.
+        Index("ix_webhook_deliveries_webhook_due", "webhook_id", "status", "next_attempt_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    webhook_id: Mapped[str] = mapped_column(String(64), index=True)
+    webhook_id: Mapped[str] = mapped_column(String(64))
     tenant_id: Mapped[str] = mapped_column(String(64))
     job_id: Mapped[str | None] = mapped_column(String(64), default=None)
     event_type: Mapped[str] = mapped_column(String(64))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Self
+
+from pydantic import BaseModel, Field, model_validator
 
 
 class WebhookSettings(BaseModel):
@@ -22,6 +24,13 @@ class WebhookSettings(BaseModel):
         allow_inf_nan=False,
         description="One delivery attempt's total deadline, from connecting to the "
         "answer's status line.",
+    )
+    webhook_connect_timeout_s: float = Field(
+        2.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Connecting to a receiver (TCP and TLS) must end within this; below "
+        "GRPO_WEBHOOK_TIMEOUT_S, whose deadline then only cuts the wait for an answer.",
     )
     webhook_max_attempts: int = Field(
         10, ge=1, description="Attempts of one delivery before it is marked failed."
@@ -56,3 +65,18 @@ class WebhookSettings(BaseModel):
         description="Deliveries of one webhook one dispatcher sends at once (its backlog or a "
         "slow receiver never takes every sender).",
     )
+    webhook_tenant_concurrency: int = Field(
+        4,
+        ge=1,
+        description="Deliveries of one tenant one dispatcher sends at once; senders are handed "
+        "out in tenant turns, so one tenant's slow receivers never hold another's deliveries.",
+    )
+
+    @model_validator(mode="after")
+    def _connect_within_the_deadline(self) -> Self:
+        if self.webhook_connect_timeout_s >= self.webhook_timeout_s:
+            raise ValueError(
+                "GRPO_WEBHOOK_CONNECT_TIMEOUT_S must be below GRPO_WEBHOOK_TIMEOUT_S (connecting "
+                "is one part of the attempt's deadline)"
+            )
+        return self

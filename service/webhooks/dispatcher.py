@@ -1,57 +1,48 @@
-"""The dispatcher: claims due outbox rows, POSTs them signed, records each outcome.
+"""The dispatcher: claims due outbox rows in tenant turns (`claims`), POSTs them signed,
+records each outcome.
 
 Each delivery is sent on its own as soon as a sender is free, within one total deadline
-(`send`), and at most GRPO_WEBHOOK_TARGET_CONCURRENCY of one webhook's at once (`claim`): a
-slow receiver holds its own deliveries, never another's.
+(`send`). Senders are handed out in tenant turns, at most GRPO_WEBHOOK_TENANT_CONCURRENCY of one
+tenant's and GRPO_WEBHOOK_TARGET_CONCURRENCY of one webhook's at once: a slow receiver holds its
+own deliveries, and its tenant's, never another tenant's for more than one send's deadline.
 
 At-least-once: a claim moves the row's `next_attempt_at` past the attempt's timeout and counts
 the attempt before anything is sent, then commits; the outcome is written after. A dispatcher
 that dies mid-send leaves the row to come due again (the same `webhook-id`), so a receiver may
-see a message twice and must deduplicate by `webhook-id`, never see it zero times. Many
-dispatchers may run (one beside each reconciler): `FOR UPDATE SKIP LOCKED` hands each row to
-one of them (SQLite has one writer at a time anyway), and an outcome is written only by the
-attempt that claimed it.
+see a message twice and must deduplicate by `webhook-id`, never see it zero times; one that is
+stopped claims nothing more and finishes (and records) the sends under way. Nothing is held
+in memory between a claim and its send, so a restart loses nothing. Many dispatchers may run
+(one beside each reconciler): `FOR UPDATE SKIP LOCKED` hands each row to one of them (SQLite
+has one writer at a time anyway), and an outcome is written only by the attempt that claimed it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
 import time
-from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import timedelta
 
 import anyio
 import anyio.to_thread
 import httpx
 from anyio.abc import TaskGroup
-from sqlalchemy import Row, delete, func, select, update
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.core.db import get_sessionmaker
-from service.models import Webhook, WebhookDelivery
+from service.models import WebhookDelivery
 from service.models.base import utcnow
 from service.secrets import crypto
 from service.settings import Settings
 from service.webhooks import signing, targets
+from service.webhooks.claims import Attempt, Busy, Turns, claim, drop_orphans
 from service.webhooks.service import secret_name
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Attempt:
-    delivery_id: str
-    number: int  # the row's `attempts` once claimed: the outcome is written only for it
-    created_at: datetime
-    body: str
-    url: str
-    tenant_id: str
-    webhook_id: str
-    sealed_secret: bytes
 
 
 @dataclass(frozen=True)
@@ -62,77 +53,6 @@ class Outcome:
     @property
     def delivered(self) -> bool:
         return self.status_code is not None and 200 <= self.status_code < 300
-
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
-def claim(
-    session: Session, settings: Settings, limit: int, in_flight: Mapping[str, int] | None = None
-) -> list[Attempt]:
-    """Lease up to `limit` due deliveries to this dispatcher, counting the attempt, at most
-    GRPO_WEBHOOK_TARGET_CONCURRENCY per webhook with those `in_flight` (webhook id -> sends
-    under way here): the webhooks due longest first, so that one webhook's backlog never takes
-    every sender. Each webhook's rows are leased by one UPDATE whose WHERE re-checks that they
-    are still due (a row another dispatcher leased meanwhile is passed by); on PostgreSQL they
-    are picked `FOR UPDATE SKIP LOCKED`, so concurrent dispatchers get disjoint rows."""
-    in_flight = in_flight or {}
-    cap = settings.webhook_target_concurrency
-    now = utcnow()
-    D = WebhookDelivery
-    full = [webhook for webhook, sends in in_flight.items() if sends >= cap]
-    due_webhooks = session.scalars(
-        select(D.webhook_id)
-        .where(D.status == "pending", D.next_attempt_at <= now, D.webhook_id.not_in(full))
-        .group_by(D.webhook_id)
-        .order_by(func.min(D.next_attempt_at))
-        .limit(limit)
-    ).all()
-    lease = timedelta(seconds=2 * settings.webhook_timeout_s + 30)
-    rows: list[Row[str, int, datetime, str, str]] = []  # id, attempts, created, body, hook
-    for webhook_id in due_webhooks:
-        room = min(cap - in_flight.get(webhook_id, 0), limit - len(rows))
-        if room <= 0:
-            continue
-        due = (
-            select(D.id)
-            .where(D.webhook_id == webhook_id, D.status == "pending", D.next_attempt_at <= now)
-            .order_by(D.next_attempt_at)
-            .limit(room)
-            .with_for_update(skip_locked=True)
-        )
-        rows += session.execute(
-            update(D)
-            .where(D.id.in_(due), D.status == "pending", D.next_attempt_at <= now)
-            .values(attempts=D.attempts + 1, last_attempt_at=now, next_attempt_at=now + lease)
-            .returning(D.id, D.attempts, D.created_at, D.body, D.webhook_id)
-            .execution_options(synchronize_session=False)
-        ).all()
-    if not rows:
-        return []
-    hooks = {
-        h.id: h
-        for h in session.scalars(
-            select(Webhook).where(Webhook.id.in_({r.webhook_id for r in rows}))
-        )
-    }
-    if orphans := [r.id for r in rows if r.webhook_id not in hooks]:  # deleted meanwhile
-        session.execute(delete(D).where(D.id.in_(orphans)))
-    return [
-        Attempt(
-            r.id,
-            r.attempts,
-            _aware(r.created_at),
-            r.body,
-            hooks[r.webhook_id].url,
-            hooks[r.webhook_id].tenant_id,
-            r.webhook_id,
-            hooks[r.webhook_id].secret_ciphertext,
-        )  # fmt: skip
-        for r in rows
-        if r.webhook_id in hooks
-    ]
 
 
 def backoff(settings: Settings, attempt: int) -> float:
@@ -167,16 +87,38 @@ def record(session: Session, settings: Settings, attempt: Attempt, outcome: Outc
     )
 
 
+def http_client(settings: Settings) -> httpx.AsyncClient:
+    """The senders' client. httpx's own connect timeout, shorter than the attempt's deadline,
+    ends a slow connect or TLS handshake and closes its socket; the deadline itself (`send`)
+    can then only cut the wait for an answer, where httpx closes the connection it was reading.
+    One pooled connection per sender, so no send waits for the pool."""
+    senders = settings.webhook_concurrency
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(
+            settings.webhook_timeout_s, connect=settings.webhook_connect_timeout_s
+        ),
+        limits=httpx.Limits(max_connections=senders, max_keepalive_connections=senders),
+        follow_redirects=False,
+        trust_env=False,  # no proxy from the environment: we connect to what we checked
+    )
+
+
 async def send(http: httpx.AsyncClient, settings: Settings, attempt: Attempt) -> Outcome:
-    """One signed POST to the checked address (DNS answers re-checked now: rebinding), within
-    one total deadline of GRPO_WEBHOOK_TIMEOUT_S from connecting to the status line (httpx's
-    timeouts are per read: a receiver trickling a header line at a time would pass them all)."""
-    try:
-        target = await anyio.to_thread.run_sync(
-            targets.resolve, attempt.url, settings.webhook_allow_private
-        )
-    except targets.TargetRefused as exc:
-        return Outcome(None, str(exc))
+    """One signed POST to the checked address (DNS answers re-checked now: rebinding): the
+    lookup within GRPO_WEBHOOK_CONNECT_TIMEOUT_S, then one total deadline of
+    GRPO_WEBHOOK_TIMEOUT_S from connecting to the status line (httpx's timeouts are per read: a
+    receiver trickling a header line at a time would pass them all)."""
+    resolve = functools.partial(targets.resolve, attempt.url, settings.webhook_allow_private)
+    target: targets.Target | None = None
+    # The name's DNS server may be the tenant's own: bounded. A lookup cannot be interrupted;
+    # one past the bound is left to finish in its thread.
+    with anyio.move_on_after(settings.webhook_connect_timeout_s):
+        try:
+            target = await anyio.to_thread.run_sync(resolve, abandon_on_cancel=True)
+        except targets.TargetRefused as exc:
+            return Outcome(None, str(exc))
+    if target is None:
+        return Outcome(None, f"no DNS answer within {settings.webhook_connect_timeout_s:g} s")
     try:
         secret = crypto.decrypt(
             settings, attempt.tenant_id, secret_name(attempt.webhook_id), attempt.sealed_secret
@@ -197,37 +139,41 @@ async def send(http: httpx.AsyncClient, settings: Settings, attempt: Attempt) ->
                 content=attempt.body.encode(),
                 headers=headers,
                 extensions=extensions,
-            ) as response:  # the body is never read: a receiver cannot make us hold much
+            ) as response:  # the body is never read; leaving closes it, freeing the connection
                 return Outcome(response.status_code, None if response.is_success else "not 2xx")
+        except httpx.ConnectTimeout:  # httpx closed the socket it was connecting
+            return Outcome(None, f"no connection within {settings.webhook_connect_timeout_s:g} s")
         except httpx.HTTPError as exc:
             return Outcome(None, f"{type(exc).__name__}: {exc}"[:500])
     return Outcome(None, f"no answer within {settings.webhook_timeout_s:g} s")
 
 
+@dataclass
 class Dispatcher:
     """Sends deliveries as they come due, each on its own (no batch waits for its slowest):
-    GRPO_WEBHOOK_CONCURRENCY at once, at most GRPO_WEBHOOK_TARGET_CONCURRENCY per webhook, so a
-    slow receiver holds only its own deliveries, each to its deadline."""
+    GRPO_WEBHOOK_CONCURRENCY at once, handed out in tenant turns (`claims`)."""
 
-    def __init__(self, settings: Settings, sessions: sessionmaker[Session] | None = None) -> None:
-        self.settings = settings
-        self.sessions = sessions or get_sessionmaker()
-        self.http = httpx.AsyncClient(
-            timeout=settings.webhook_timeout_s,
-            follow_redirects=False,
-            trust_env=False,  # no proxy from the environment: we connect to what we checked
-            limits=httpx.Limits(max_connections=settings.webhook_concurrency),
-        )
-        self.in_flight: Counter[str] = Counter()  # webhook id -> sends under way
-        self.freed: anyio.Event  # set when a send ends (room for a claim); made in its loop
+    settings: Settings
+    sessions: sessionmaker[Session] = field(default_factory=get_sessionmaker)
+    busy: Busy = field(default_factory=Busy)
+    turns: Turns = field(default_factory=Turns)
+    freed: anyio.Event = field(init=False)  # a send ended (room for a claim); made in its loop
 
-    def _claim(self, limit: int, in_flight: dict[str, int]) -> list[Attempt]:
+    def __post_init__(self) -> None:
+        self.http = http_client(self.settings)
+
+    def _claim(self, limit: int, busy: Busy) -> list[Attempt]:
         with self.sessions.begin() as session:
-            return claim(session, self.settings, limit, in_flight)
+            return claim(session, self.settings, limit, busy, self.turns)
 
     def _record(self, attempt: Attempt, outcome: Outcome) -> None:
         with self.sessions.begin() as session:
             record(session, self.settings, attempt, outcome)
+
+    def _drop_orphans(self) -> None:
+        with self.sessions.begin() as session:
+            if dropped := drop_orphans(session):
+                log.info("dropped %d deliveries of deleted webhooks", dropped)
 
     async def _deliver(self, attempt: Attempt) -> None:
         try:
@@ -236,24 +182,27 @@ class Dispatcher:
         except Exception:  # the row comes due again when its lease ends
             log.exception("webhook delivery %s failed", attempt.delivery_id)
         finally:
-            self.in_flight[attempt.webhook_id] -= 1
-            if self.in_flight[attempt.webhook_id] <= 0:
-                del self.in_flight[attempt.webhook_id]
+            self.busy.end(attempt)
             self.freed.set()
 
     async def claim_and_start(self, tasks: TaskGroup) -> int:
         """Claim what the free senders can take and start sending it; returns how many."""
-        free = self.settings.webhook_concurrency - self.in_flight.total()
+        free = self.settings.webhook_concurrency - self.busy.total()
         if free <= 0:
             return 0
-        attempts = await anyio.to_thread.run_sync(self._claim, free, dict(self.in_flight))
+        attempts = await anyio.to_thread.run_sync(self._claim, free, self.busy.copy())
         for attempt in attempts:
-            self.in_flight[attempt.webhook_id] += 1
+            self.busy.start(attempt)
             tasks.start_soon(self._deliver, attempt)
         return len(attempts)
 
     async def serve(self, stop: threading.Event) -> None:
-        """Until `stop` is set; then the sends under way finish (each within its deadline)."""
+        """Until `stop` is set; then the sends under way finish (each within its deadline) and
+        are recorded: nothing claimed is left behind."""
+        try:
+            await anyio.to_thread.run_sync(self._drop_orphans)
+        except Exception:
+            log.exception("dropping orphaned webhook deliveries failed")
         try:
             async with anyio.create_task_group() as tasks:
                 while not stop.is_set():

@@ -17,7 +17,7 @@ from service.jobs import lifecycle
 from service.models import Dataset, Job, Tenant, Webhook, WebhookDelivery
 from service.models.base import utcnow
 from service.settings import Settings
-from service.webhooks import dispatcher
+from service.webhooks import claims, dispatcher
 
 SETTINGS = Settings(webhook_retry_base_s=10, webhook_max_attempts=3)
 
@@ -70,15 +70,15 @@ def test_claims_never_overlap_and_retries_stop(sessions: sessionmaker[Session]) 
             .values(status="delivered")
         )  # fmt: skip  (earlier tests' rows)
     with sessions.begin() as first:
-        (mine,) = dispatcher.claim(first, SETTINGS, 10)
+        (mine,) = claims.claim(first, SETTINGS, 10)
         if first.bind.dialect.name == "postgresql":  # meanwhile: SKIP LOCKED passes it by
             with sessions.begin() as second:
-                assert dispatcher.claim(second, SETTINGS, 10) == []
+                assert claims.claim(second, SETTINGS, 10) == []
     with sessions.begin() as s:  # leased to the first for the attempt's timeout and more
-        assert dispatcher.claim(s, SETTINGS, 10) == []
+        assert claims.claim(s, SETTINGS, 10) == []
     assert mine.number == 1
     for number, expected in [(1, "pending"), (2, "pending"), (3, "failed")]:
-        attempt = dispatcher.Attempt(**{**mine.__dict__, "number": number})
+        attempt = claims.Attempt(**{**mine.__dict__, "number": number})
         with sessions.begin() as s:
             s.execute(update(WebhookDelivery).where(WebhookDelivery.id == mine.delivery_id)
                       .values(attempts=number))  # fmt: skip
@@ -94,7 +94,7 @@ def test_claims_never_overlap_and_retries_stop(sessions: sessionmaker[Session]) 
 
 @pytest.mark.parametrize("url", ["https://localhost/h", "https://[::ffff:169.254.169.254]/h"])
 def test_a_private_target_is_refused_at_send_time(url: str) -> None:
-    attempt = dispatcher.Attempt("msg_x", 1, utcnow(), "{}", url, "ten_x", "wh_x", b"")
+    attempt = claims.Attempt("msg_x", 1, utcnow(), "{}", url, "ten_x", "wh_x", b"")
 
     async def send() -> dispatcher.Outcome:
         transport = httpx.MockTransport(lambda _: pytest.fail("sent"))
