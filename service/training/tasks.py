@@ -8,6 +8,8 @@ so that every pool child (one a task) is forked with it loaded. None of it loads
 each run is a fresh interpreter the supervisor starts (`python -m <the kind's child>`).
 """
 
+import signal
+
 from celery.signals import after_setup_logger, after_setup_task_logger, worker_process_init
 
 from service.core.db import end_idle_transactions_after
@@ -30,6 +32,16 @@ def _json_logs(logger, *_args, **_kwargs) -> None:  # type: ignore[no-untyped-de
 def _no_frozen_row_locks(**_kwargs: object) -> None:
     """A supervisor stuck inside a transaction longer than its lease loses the transaction."""
     end_idle_transactions_after(get_settings().lease_seconds)
+
+
+@worker_process_init.connect
+def _idle_ignores_sigterm(**_kwargs: object) -> None:
+    """An idle pool process ignores SIGTERM (the worker's process group stopping): its parent's
+    warm shutdown ends it cleanly, where billiard's own handler would exit with status 15,
+    logged as an ERROR on every normal stop. (Ignored, billiard leaves it so.) While it
+    supervises a run, the supervisor's handler passes SIGTERM on to the run (`supervisor.py`);
+    between a claim and that handler, the row is left to its lease and the reconciler."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 @app.task(name=TRAIN_TASK)

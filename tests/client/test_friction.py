@@ -67,6 +67,12 @@ def test_version_whole_ids_and_download_with_extract(trained: Trained, tmp_path:
     from transformers import AutoModelForCausalLM
 
     assert AutoModelForCausalLM.from_pretrained(folder).num_parameters() == 2_649_344
+    # --out naming a folder that does not exist yet: unpacked into it, the tar not left there
+    into = tmp_path / "model"
+    out = grpo("checkpoints", "download", trained.job_id, "--out", str(into),
+               "--extract", "--json", env=env).stdout  # fmt: skip
+    assert json.loads(out)["extracted"] == str(into) and not list(into.glob("*.tar"))
+    assert AutoModelForCausalLM.from_pretrained(into).num_parameters() == 2_649_344
 
 
 def test_named_jobs_datasets_by_name_keywords_and_events(

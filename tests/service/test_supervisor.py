@@ -39,9 +39,10 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
-def _celery_pool_child(root: int) -> bool:
+def _celery_pool_child(root: int, initialised: bool = False) -> bool:
     """Whether a Celery worker under `root` has forked its pool child: a fork keeps its
-    parent's command line (the supervisors' process-group leaders only name celery)."""
+    parent's command line (the supervisors' process-group leaders only name celery); with
+    `initialised`, one that also ignores SIGTERM (the pool process's initialiser ran)."""
 
     def cmdline(pid: int) -> bytes:
         try:
@@ -49,9 +50,19 @@ def _celery_pool_child(root: int) -> bool:
         except OSError:
             return b""
 
+    def ignores_sigterm(pid: int) -> bool:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return False
+        ignored = next(line for line in status.splitlines() if line.startswith("SigIgn:"))
+        return bool(int(ignored.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+
     tree = _children()
     return any(
-        b"celery" in cmdline(parent) and cmdline(child) == cmdline(parent)
+        b"celery" in cmdline(parent)
+        and cmdline(child) == cmdline(parent)
+        and (not initialised or ignores_sigterm(child))
         for parent in _descendants(root)
         for child in tree.get(parent, [])
     )
@@ -65,26 +76,35 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_a_killed_supervisor_leaves_no_process_behind(tmp_path: Path) -> None:
+def _start_up(tmp_path: Path, initialised: bool = False) -> tuple[subprocess.Popen[bytes], Path]:
+    """`grpo-service up` on a data folder of its own, once it answers and its Celery worker has
+    forked its pool child; its output goes to the returned log file."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
     env["GRPO_DATA_DIR"] = str(tmp_path / "data")
-    log, family = (tmp_path / "up.log").open("wb"), set()
-    up = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "up", "--port", str(port), "--grace-seconds", "3"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    path = tmp_path / "up.log"
+    with path.open("wb") as log:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "up", "--port", str(port),
+             "--grace-seconds", "3"],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    deadline = time.monotonic() + 60  # until the family is whole
+    while not _celery_pool_child(up.pid, initialised) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return up, path
+
+
+def test_a_killed_supervisor_leaves_no_process_behind(tmp_path: Path) -> None:
+    up, family = _start_up(tmp_path)[0], set()
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        deadline = time.monotonic() + 60  # until the family is whole
-        while not _celery_pool_child(up.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
         family = _descendants(up.pid)
         assert len(family) >= 3, family  # uvicorn, celery, its pool child (and their leaders)
         up.send_signal(signal.SIGKILL)
@@ -98,4 +118,22 @@ def test_a_killed_supervisor_leaves_no_process_behind(tmp_path: Path) -> None:
         for pid in family | {up.pid}:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        log.close()
+
+
+def test_a_normal_stop_is_quiet(tmp_path: Path) -> None:
+    """Ctrl-C on an idle `grpo-service up`: status 0 and no ERROR line or traceback in its
+    output (the idle Celery pool process used to die of the group's SIGTERM, logged as an
+    ERROR by its parent)."""
+    up, log = _start_up(tmp_path, initialised=True)
+    family = _descendants(up.pid)
+    try:
+        assert _celery_pool_child(up.pid, initialised=True)
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=60) == 0
+    finally:
+        for pid in family | {up.pid}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    text = log.read_text(errors="replace")
+    loud = [line for line in text.splitlines() if "ERROR" in line or "Traceback" in line]
+    assert not loud, loud

@@ -266,7 +266,12 @@ def checkpoints_download(
     job_id: JobArg,
     step: StepOpt = "latest",
     out_path: Annotated[
-        str | None, typer.Option("--out", help="File, or folder for <job>-step-<n>.tar.")
+        str | None,
+        typer.Option(
+            "--out",
+            help="File, or folder for <job>-step-<n>.tar; with --extract, a path that is not "
+            "a folder yet and does not end in .tar is the folder to unpack into.",
+        ),
     ] = None,
     extract: Annotated[
         bool, typer.Option(help="Unpack it next to the tar (a folder from_pretrained loads).")
@@ -276,6 +281,10 @@ def checkpoints_download(
     """Download a checkpoint tar (resumable; its sha256 is checked)."""
     if step != "latest" and not step.isdigit():
         raise typer.BadParameter("a step number or 'latest'", param_hint="--step")
+    into = _unpack_folder(out_path) if extract else None
+    if into is not None:  # the tar goes inside it, and is removed once unpacked
+        into.mkdir(parents=True, exist_ok=True)
+        out_path = str(into)
     with client() as grpo:
         ckpt = grpo.checkpoints.get(job_id, step)
         bar = Progress(
@@ -296,17 +305,29 @@ def checkpoints_download(
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
             )
     result = {"path": str(path), "step": ckpt.step, "sha256": ckpt.sha256, "bytes": ckpt.size_bytes}
-    if extract:
-        result["extracted"] = str(_extract(path))
+    if into is not None:
+        result["extracted"] = str(_extract(path, into))
+        path.unlink()
+        result["path"] = str(into)
+    elif extract:
+        result["extracted"] = str(_extract(path, path.with_suffix("")))
     shown = result.get("extracted", result["path"])
     emit(result, as_json, lambda r: out.print(f"{shown}  sha256 {r['sha256']} ok"))
 
 
-def _extract(archive: Path) -> Path:
-    """Unpack next to the archive (`x.tar` -> `x/`); the tar's members stay inside it."""
+def _unpack_folder(out_path: str | None) -> Path | None:
+    """The folder `--out` names for --extract to unpack into: a path that is not a folder yet
+    and does not end in .tar (an existing folder keeps its meaning: where the tar goes)."""
+    if out_path is None:
+        return None
+    target = Path(out_path)
+    return None if target.is_dir() or target.suffix == ".tar" else target
+
+
+def _extract(archive: Path, folder: Path) -> Path:
+    """Unpack `archive` into `folder`; the tar's members stay inside it."""
     import tarfile
 
-    folder = archive.with_suffix("")
     with tarfile.open(archive) as tar:
         tar.extractall(folder, filter="data")  # no absolute paths, links or devices
     return folder
