@@ -21,7 +21,7 @@ import ijson
 from service.core.problems import FieldError
 from service.core.text import unstorable_text
 from service.datasets import line_index
-from service.datasets.records import MAX_ERRORS, record_errors
+from service.datasets.records import MAX_ERRORS, from_messages, record_errors
 
 MAX_DEPTH = 64  # nesting of one record: deeper is refused (and json.dumps would recurse)
 # What may be a \uD800-\uDFFF escape outside a high-low pair. ijson's C backend reads one as
@@ -62,7 +62,10 @@ class DatasetBuilder:
                 FieldError(path=where, message=f"more than {self.max_records} records")
             )
             return
-        problems = _shape_errors(record, path) or record_errors(record, path)
+        problems = _shape_errors(record, path)
+        if not problems:
+            record, problems = from_messages(record, path)
+        problems = problems or record_errors(record, path)
         if not problems and (error := unstorable_text(record, path)) is not None:
             problems = [error]
         if problems:
