@@ -19,6 +19,7 @@ ERROR_CODES = {
     "NonFiniteTraining": "non_finite_training",
     "PreflightFailed": "preflight_failed",
     "BudgetExhausted": "budget_exhausted",
+    "VerifiersFailing": "verifier_errors",
 }
 
 

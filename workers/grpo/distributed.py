@@ -43,6 +43,7 @@ from workers.grpo.draw import RowSeeds
 from workers.grpo.sampling import Generation, Sampler
 
 _SUMMED = ("loss", "policy_loss")  # parts of the global loss: each process holds its part
+SUMMED = ("resampled_groups", "scored_completions")  # counts of the whole batch
 # `k + WEIGHT`: how many items the rollout metric k is the mean of (the episodes with a k-th
 # turn reward, the tool calls): N processes weight their k by it; no step reports it.
 WEIGHT = ":weight"
@@ -162,7 +163,7 @@ class Ranks:
                 continue
             if k in weighted:
                 out[k] = total[k] / total[k + WEIGHT] if total[k + WEIGHT] else 0.0
-            elif k.startswith("errors/") or k.endswith("_tokens") or k == "resampled_groups":
+            elif k.startswith("errors/") or k.endswith("_tokens") or k in SUMMED:
                 out[k] = summed[i].item()
             elif k.endswith("_seconds"):
                 out[k] = slowest[i].item()

@@ -112,7 +112,8 @@ def collect_rollout(
     rows = [(part, group * G + j) for part, group in slots for j in range(G)]
     generation = merge_generations([p for p, _ in parts], rows, pad_id)
     final = torch.stack([parts[part][1].rewards[row] for part, row in rows])  # (N,)
-    metrics |= timing | {"resampled_groups": float(resampled)}
+    scored = grpo.prompts_per_step + resampled  # groups scored, refills included
+    metrics |= timing | {"resampled_groups": float(resampled), "scored_completions": scored * G}
     # Each trained completion's own scores and errors, for its rollout row.
     scores = {n: [parts[p][1].scores[n][r] for p, r in rows] for n in first.scores}
     errors = {n: [parts[p][1].errors[n][r] for p, r in rows] for n in first.errors}

@@ -41,6 +41,7 @@ from workers.grpo.schedule import lr_multiplier
 from workers.grpo.scoring import Scorer
 from workers.grpo.text import pad_id
 from workers.grpo.update import batch_logprobs
+from workers.grpo.verifier_errors import FirstFailure
 
 
 def _noop(*_: Any) -> None:
@@ -97,6 +98,7 @@ class Run:
     ahead: RolloutsAhead | None = None
     saved_ahead: dict[str, Any] | None = None
     rollout_device: str | None = None  # the generator's device (None: the trainer's)
+    first_failure: FirstFailure | None = None  # the last step's first failed score
     _record_index: dict[int, int] = field(default_factory=dict)  # id(record) -> its index
 
     def draw(self, k: int) -> list[dict]:

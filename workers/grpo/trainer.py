@@ -44,6 +44,12 @@ from workers.grpo.run import Run, TrainHooks, TrainResult, open_run, rollouts_ah
 from workers.grpo.sampling import Generation
 from workers.grpo.scoring import Scored, Scorer
 from workers.grpo.update import accumulate_gradients, batch_logprobs
+from workers.grpo.verifier_errors import (
+    VerifierErrorWatch,
+    VerifiersFailing,
+    error_share,
+    first_failure,
+)
 
 __all__ = [
     "ModelLoadError",
@@ -52,6 +58,7 @@ __all__ = [
     "Scorer",
     "TrainHooks",
     "TrainResult",
+    "VerifiersFailing",
     "train",
 ]
 
@@ -112,6 +119,7 @@ def _loop(run: Run, resume_from: Path | None, checkpoints: Path) -> TrainResult:
     spec, hooks = run.spec, run.hooks
     last, saved_step = resume_from, run.step
     flat = FlatRewardWatch()  # steps whose groups all scored alike: said once per streak
+    failing = VerifierErrorWatch()  # failed scores: a warning, or the run fails
     for step in range(run.step + 1, spec.grpo.steps + 1):
         if run.world.agree(hooks.should_release()):
             if run.step > saved_step:
@@ -123,6 +131,8 @@ def _loop(run: Run, resume_from: Path | None, checkpoints: Path) -> TrainResult:
         if run.meter is not None:  # so the submission's memory plan can be checked
             metrics["peak_memory_bytes"] = float(run.meter.peak())
         _check_finite(metrics, step)
+        if (said := failing.observe(step, error_share(metrics), run.first_failure)) is not None:
+            hooks.on_event("warning", *said)
         run.step = step
         if run.eval_records:
             run.watch.observe_step(metrics["reward_mean"])
@@ -146,6 +156,7 @@ def grpo_step(run: Run) -> dict[str, float]:
     # off-policy steps, made ahead by the generator thread with its log-probs and lag
     roll, sampler_lp, lag = _rollout(run)
     out, rewards = roll.generation, roll.rewards  # rewards (N,)
+    run.first_failure = first_failure(roll.errors, out.texts)  # for the verifier-error watch
     t_scored = time.perf_counter()
     # 4. group-relative advantages; the tokens that carry loss (episodes: the model's own)
     advantages = group_advantages(rewards, g.group_size, g.std).to(model.device)  # (N,)
