@@ -43,10 +43,13 @@ TEST_ENV := OMP_NUM_THREADS=1
 test: venv services
 	$(TEST_ENV) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
+# mypy checks service/ and workers/ as pyproject.toml's [tool.mypy] says: about a minute with no
+# .mypy_cache, seconds with one.
 lint: venv
 	$(BIN)/ruff check service workers tests bench migrations
 	$(BIN)/ruff format --check service workers tests bench migrations
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 bench: venv
 	$(BIN)/python bench/vs_trl.py

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 PR_SET_PDEATHSIG = 1
 
@@ -72,7 +72,7 @@ def exit_status(code: object) -> int:
     return code if isinstance(code, int) else 0 if code is None else 1
 
 
-def exit_now(code: int) -> None:
+def exit_now(code: int) -> NoReturn:
     """End this process once its outcome is committed and what it opened is closed: logs and
     standard streams flushed, without the interpreter's teardown (in a process that loaded
     torch, seconds of unloading thousands of modules, which keep a worker from its next task)."""

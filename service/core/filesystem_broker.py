@@ -35,7 +35,9 @@ TRANSPORT = f"{__name__}:Transport"
 
 
 class Channel(filesystem.Channel):
-    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
+    # kombu's filesystem Channel names this `payload`, its base `message` (kombu passes it by
+    # position): no name matches both
+    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
         # The name kombu gives a message, so that consumers find and order it as theirs.
         name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
         final = os.path.join(self.data_folder_out, name)
@@ -57,7 +59,9 @@ class Transport(filesystem.Transport):
         folder = os.path.abspath(client.transport_options.get("control_folder", "control"))
         self.state = self._states.setdefault(folder, virtual.BrokerState())
 
-    def drain_events(self, connection: Any, timeout: float | None = None) -> None:
+    def drain_events(
+        self, connection: Any, timeout: float | None = None, **kwargs: Any
+    ) -> None:  # kombu's base Transport takes **kwargs: passed on as they come
         """Wait for a message at most one polling interval (`socket.timeout` after it).
 
         Celery's loop for a transport without asynchronous I/O (this one) looks whether the
@@ -66,4 +70,4 @@ class Transport(filesystem.Transport):
         calls again, as Celery's loop does."""
         if timeout is not None:
             timeout = min(timeout, self.polling_interval)
-        super().drain_events(connection, timeout)
+        super().drain_events(connection, timeout, **kwargs)

@@ -14,13 +14,44 @@ process another worker's claim replaced) writes nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, ClassVar, Protocol, TypeVar
 
-from sqlalchemy import and_, func, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, and_, func, or_, select, update
+from sqlalchemy.orm import Mapped, Session
 
+from service.core.db import rows_matched
 from service.models.base import utcnow
+
+
+class Leased(Protocol):
+    """A table whose rows a run holds under a lease (a job, an evaluation, a Tinker request):
+    its mapped columns, as the declarative class holds them."""
+
+    id: ClassVar[Mapped[str]]
+    status: ClassVar[Mapped[str]]
+    epoch: ClassVar[Mapped[int]]
+    lease_until: ClassVar[Mapped[datetime | None]]
+
+
+class Claimable(Leased, Protocol):
+    """A leased table whose rows are claimed again after a lapse (not a Tinker request's)."""
+
+    attempts: ClassVar[Mapped[int]]
+    started_at: ClassVar[Mapped[datetime | None]]
+
+
+class Queued(Protocol):
+    """A table whose queued rows are sent to the queue again when their message may be lost."""
+
+    id: ClassVar[Mapped[str]]
+    status: ClassVar[Mapped[str]]
+    # Mapped[datetime] on evaluations, Mapped[datetime | None] on jobs and pre-flights: a
+    # protocol's class attribute matches one type exactly (Mapped is invariant)
+    enqueued_at: ClassVar[Mapped[Any]]
+
+
+Q = TypeVar("Q", bound=Queued)
 
 
 class LeaseLost(RuntimeError):
@@ -28,7 +59,11 @@ class LeaseLost(RuntimeError):
 
 
 def claim(
-    session: Session, model: Any, row_id: str, lease_seconds: float, keep_first_start: bool
+    session: Session,
+    model: type[Claimable],
+    row_id: str,
+    lease_seconds: float,
+    keep_first_start: bool,
 ) -> int | None:
     """Take the row: the new epoch, or None when another worker has it or it is done.
     `keep_first_start`: `started_at` stays the first claim's (else this claim's time)."""
@@ -48,17 +83,19 @@ def claim(
     )
 
 
-def held(model: Any, row_id: str, epoch: int, active: Sequence[str]) -> Any:
+def held(
+    model: type[Leased], row_id: str, epoch: int, active: Sequence[str]
+) -> ColumnElement[bool]:
     """The condition that this epoch's run still holds the row (its status one of `active`)."""
     return and_(model.id == row_id, model.epoch == epoch, model.status.in_(active))
 
 
 def renew(
-    session: Session, model: Any, row_id: str, epoch: int, lease_seconds: float,
+    session: Session, model: type[Leased], row_id: str, epoch: int, lease_seconds: float,
     active: Sequence[str],
 ) -> str:  # fmt: skip
     """Extend this run's lease; the row's status (one of `active`), or LeaseLost."""
-    status = session.scalar(
+    status: str | None = session.scalar(
         update(model)
         .where(held(model, row_id, epoch, active))
         .values(lease_until=utcnow() + timedelta(seconds=lease_seconds))
@@ -69,10 +106,12 @@ def renew(
     return status
 
 
-def fence(session: Session, model: Any, row_id: str, epoch: int, active: Sequence[str]) -> str:
+def fence(
+    session: Session, model: type[Leased], row_id: str, epoch: int, active: Sequence[str]
+) -> str:
     """A no-op UPDATE on the row while this run holds it (so the check holds the row's lock to
     the commit; it does not extend the lease); the row's status, or LeaseLost."""
-    status = session.scalar(
+    status: str | None = session.scalar(
         update(model)
         .where(held(model, row_id, epoch, active))
         .values(epoch=model.epoch)
@@ -83,27 +122,31 @@ def fence(session: Session, model: Any, row_id: str, epoch: int, active: Sequenc
     return status
 
 
-def fail_lapsed(session: Session, model: Any, error: dict[str, Any]) -> int:
+def fail_lapsed(session: Session, model: type[Leased], error: dict[str, Any]) -> int:
     """Fail the running rows whose lease lapsed, with `error`; how many. For rows that are not
     claimed again (a Tinker request: not idempotent). A row running with no lease (claimed
     before it had one) counts as lapsed."""
     now = utcnow()
-    return session.execute(
-        update(model)
-        .where(model.status == "running", or_(model.lease_until < now, model.lease_until.is_(None)))
-        .values(status="failed", error=error, finished_at=now)
-        .execution_options(synchronize_session=False)
-    ).rowcount
+    return rows_matched(
+        session.execute(
+            update(model)
+            .where(
+                model.status == "running", or_(model.lease_until < now, model.lease_until.is_(None))
+            )
+            .values(status="failed", error=error, finished_at=now)
+            .execution_options(synchronize_session=False)
+        )
+    )
 
 
-def waiting_since(session: Session, model: Any, before: Any) -> list[Any]:
+def waiting_since(session: Session, model: type[Q], before: datetime) -> list[Q]:
     """Queued rows enqueued before `before`: their message may be lost."""
     return list(
         session.scalars(select(model).where(model.status == "queued", model.enqueued_at < before))
     )
 
 
-def requeue(session: Session, model: Any, row_id: str) -> None:
+def requeue(session: Session, model: type[Queued], row_id: str) -> None:
     """Mark a queued row as enqueued again now (its message is being sent again)."""
     session.execute(
         update(model)

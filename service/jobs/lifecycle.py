@@ -103,7 +103,9 @@ def fence(session: Session, job_id: str, epoch: int) -> str:
     return leases.fence(session, Job, job_id, epoch, ACTIVE)
 
 
-def record_step(session: Session, job_id: str, epoch: int, step: int, metrics: dict) -> None:
+def record_step(
+    session: Session, job_id: str, epoch: int, step: int, metrics: dict[str, Any]
+) -> None:
     fence(session, job_id, epoch)
     session.merge(JobMetric(job_id=job_id, step=step, epoch=epoch, metrics=metrics))
     session.execute(
@@ -367,7 +369,7 @@ def waiting_since(session: Session, before: datetime) -> list[Job]:
 
 
 def _move_expired(
-    session: Session, job: Job, status: str, message: str, error: dict | None = None
+    session: Session, job: Job, status: str, message: str, error: dict[str, Any] | None = None
 ) -> bool:
     """Move an expired job on, only if nobody renewed or moved it since we read it."""
     moved = rows_matched(

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from service.core import leases
 from service.core.db import rows_matched
@@ -114,6 +114,7 @@ def requeue(session: Session, row: Preflight) -> None:
 def expire_overdue(session: Session, row: Preflight, settings: Settings) -> None:
     """Fail the row (and refresh it) if it has been queued or running past the timeout."""
     limit = settings.preflight_timeout_s
+    since: InstrumentedAttribute[datetime | None]  # the column the timeout runs from
     if row.status == "queued":
         since, message = (
             Preflight.created_at,
@@ -178,6 +179,7 @@ def device_time(
         stmt = stmt.where(Preflight.started_at >= since)
     now = utcnow()
     for preflight_id, started, finished in session.execute(stmt):
+        assert started is not None  # the query's filter
         start = aware(started)
         held = (aware(finished) if finished else now) - start
         yield preflight_id, start, min(max(held.total_seconds(), 0.0), settings.preflight_timeout_s)

@@ -26,6 +26,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from service.core import leases
+from service.core.db import rows_matched
 from service.core.ids import new_id
 from service.jobs.budget import refuse_over_budget
 from service.models import CatalogModel, TinkerRequest, TinkerRun
@@ -151,7 +152,7 @@ def claim_next(
     )
     if bases is not None:
         queued = queued.where(TinkerRequest.base_model.in_(list(bases)))
-    heads = [tuple(h) for h in session.execute(queued.group_by(TinkerRequest.tenant_id))]
+    heads = session.execute(queued.group_by(TinkerRequest.tenant_id)).tuples().all()
     if not heads:  # an idle worker's look: one query
         return None
     busy = set(
@@ -163,18 +164,20 @@ def claim_next(
         if tenant_id in busy:
             continue
         now = utcnow()
-        claimed = session.execute(
-            update(TinkerRequest)
-            .where(TinkerRequest.seq == seq, TinkerRequest.status == "queued")
-            .values(
-                status="running",
-                started_at=now,
-                worker=worker,
-                epoch=TinkerRequest.epoch + 1,
-                lease_until=now + timedelta(seconds=lease_seconds),
+        claimed = rows_matched(
+            session.execute(
+                update(TinkerRequest)
+                .where(TinkerRequest.seq == seq, TinkerRequest.status == "queued")
+                .values(
+                    status="running",
+                    started_at=now,
+                    worker=worker,
+                    epoch=TinkerRequest.epoch + 1,
+                    lease_until=now + timedelta(seconds=lease_seconds),
+                )
+                .execution_options(synchronize_session=False)
             )
-            .execution_options(synchronize_session=False)
-        ).rowcount
+        )
         if claimed:
             return session.get(TinkerRequest, seq, populate_existing=True)
     return None

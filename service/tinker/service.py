@@ -252,7 +252,7 @@ def find_sampler(session: Session, tenant_id: str, path: str) -> TinkerCheckpoin
 def checkpoint_out(row: TinkerCheckpoint) -> schemas.CheckpointOut:
     return schemas.CheckpointOut(
         checkpoint_id=f"{KIND_SEGMENT[row.kind]}/{row.name}",
-        checkpoint_type=row.kind,  # type: ignore[arg-type]
+        checkpoint_type=row.kind,
         time=_iso(row.created_at),
         tinker_path=tinker_path(row.run_id, row.kind, row.name),
         size_bytes=row.size_bytes,

@@ -28,10 +28,10 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -46,6 +46,9 @@ from service.storage import ObjectStorage, open_storage_from_settings
 from service.storage.archive import extract_tar, make_tar
 from service.tinker import futures
 from service.tinker.service import tinker_path
+
+if TYPE_CHECKING:
+    from workers.tinker.host import LoraHost
 
 log = logging.getLogger("grpo.tinker")
 
@@ -64,6 +67,13 @@ def _only(cls: type, values: dict[str, Any]) -> Any:
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
+def _run_id(row: TinkerRequest) -> str:
+    """The training run a request acts on (every kind but `sample` names one)."""
+    if row.run_id is None:
+        raise LookupError(f"this {row.kind} request names no training run")
+    return row.run_id
+
+
 class TinkerWorker:
     def __init__(
         self, settings: Settings, device: str | None, storage: ObjectStorage | None = None
@@ -73,7 +83,7 @@ class TinkerWorker:
         # Who claimed a request, for the operator: recovery goes by the lease, not the name.
         self.name = f"tinker@{socket.gethostname()}:{os.getpid()}"
         self.root = settings.data_path / "tinker"
-        self.hosts: dict[str, Any] = {}  # base model name -> LoraHost
+        self.hosts: dict[str, LoraHost] = {}  # base model name -> its host
         self.last_served: dict[str, float] = {}
         self.reaped_at = float("-inf")  # the last `fail_lapsed` pass (monotonic)
 
@@ -190,8 +200,13 @@ class TinkerWorker:
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         from workers.tinker.types import TinkerInputError
 
+        handler = HANDLERS.get(row.kind)
+        if handler is None:  # an API newer than this worker: the request fails, not the worker
+            log.error("tinker request %s: unknown kind %r", row.id, row.kind)
+            return None, {"error": f"this worker cannot run a {row.kind!r} request (it runs "
+                          f"{', '.join(sorted(HANDLERS))})", "category": "server"}  # fmt: skip
         try:
-            result = getattr(self, f"_{row.kind}")(row, after)
+            result = handler(self, row, after)
         except TinkerInputError as exc:
             return None, {"error": f"{exc.field}: {exc.message}", "category": "user"}
         except RunLost as exc:
@@ -235,7 +250,7 @@ class TinkerWorker:
 
     # The engine
 
-    def _host(self, base_model: str) -> Any:
+    def _host(self, base_model: str) -> LoraHost:
         host = self.hosts.get(base_model)
         if host is None:
             import torch
@@ -257,54 +272,56 @@ class TinkerWorker:
             self.hosts[base_model] = host
         return host
 
-    def _run(self, row: TinkerRequest) -> Any:
+    def _run(self, row: TinkerRequest) -> LoraHost:
         """The run's host, the run created on it at its first request. A run this worker does
         not hold but that has trained (a worker restarted since) is not silently re-initialised:
         its request fails, and `load_state` from a checkpoint brings it back."""
         from workers.tinker.types import LoraConfig
 
-        host = self._host(row.base_model)
-        if not host.has_run(row.run_id):
+        host, run_id = self._host(row.base_model), _run_id(row)
+        if not host.has_run(run_id):
             with session_scope() as session:
-                run = session.get(TinkerRun, row.run_id)
+                run = session.get(TinkerRun, run_id)
                 config = dict(run.lora_config) if run else {}
                 trained = session.scalar(
                     select(TinkerRequest.seq).where(
-                        TinkerRequest.run_id == row.run_id,
+                        TinkerRequest.run_id == run_id,
                         TinkerRequest.status == "done",
                         TinkerRequest.kind.in_(STATEFUL),
                     )
                 )
             if not config:
-                raise LookupError(f"run {row.run_id} is gone")
+                raise LookupError(f"run {run_id} is gone")
             if trained is not None and row.kind != "load_weights":
                 raise RunLost(
                     "this run's adapter and optimiser state were lost (its tinker worker "
                     "restarted, or lost the lease of one of its requests): load_state from one "
                     "of its checkpoints to go on"
                 )
-            host.create_run(row.run_id, _only(LoraConfig, config))
+            host.create_run(run_id, _only(LoraConfig, config))
         return host
 
-    def _forward(self, row: TinkerRequest, after: list[Any], backward: bool = False) -> dict:
+    def _forward(
+        self, row: TinkerRequest, after: list[Any], backward: bool = False
+    ) -> dict[str, Any]:
         from workers.tinker.types import Datum
 
         host = self._run(row)
         data = [_only(Datum, d) for d in row.payload["data"]]
         step = host.forward_backward if backward else host.forward
-        out = step(row.run_id, data, row.payload["loss_fn"], row.payload.get("loss_fn_config"))
+        out = step(_run_id(row), data, row.payload["loss_fn"], row.payload.get("loss_fn_config"))
         return dataclasses.asdict(out)
 
-    def _forward_backward(self, row: TinkerRequest, after: list[Any]) -> dict:
+    def _forward_backward(self, row: TinkerRequest, after: list[Any]) -> dict[str, Any]:
         return self._forward(row, after, backward=True)
 
-    def _optim_step(self, row: TinkerRequest, after: list[Any]) -> dict:
+    def _optim_step(self, row: TinkerRequest, after: list[Any]) -> dict[str, Any]:
         from workers.tinker.types import AdamParams
 
-        metrics = self._run(row).optim_step(row.run_id, _only(AdamParams, row.payload["adam"]))
+        metrics = self._run(row).optim_step(_run_id(row), _only(AdamParams, row.payload["adam"]))
         return {"type": "optim_step", "metrics": metrics}
 
-    def _sample(self, row: TinkerRequest, after: list[Any]) -> dict:
+    def _sample(self, row: TinkerRequest, after: list[Any]) -> dict[str, Any]:
         from workers.tinker.types import SamplingParams
 
         p = row.payload
@@ -318,11 +335,11 @@ class TinkerWorker:
         )
         return dataclasses.asdict(result)
 
-    def _save_weights(self, row: TinkerRequest, after: list[Any]) -> dict:
+    def _save_weights(self, row: TinkerRequest, after: list[Any]) -> dict[str, Any]:
         path = self._save(row, after, "training", self._run(row).save_state)
         return {"type": "save_weights", "path": path}
 
-    def _save_for_sampler(self, row: TinkerRequest, after: list[Any]) -> dict:
+    def _save_for_sampler(self, row: TinkerRequest, after: list[Any]) -> dict[str, Any]:
         path = self._save(row, after, "sampler", self._run(row).save_for_sampler)
         out: dict[str, Any] = {"type": "save_weights_for_sampler", "path": path}
         if row.payload.get("sampling_session"):
@@ -337,18 +354,21 @@ class TinkerWorker:
             out["sampling_session_id"] = sampler.id
         return out
 
-    def _load_weights(self, row: TinkerRequest, after: list[Any]) -> dict:
-        p = row.payload
+    def _load_weights(self, row: TinkerRequest, after: list[Any]) -> dict[str, Any]:
+        p, run_id = row.payload, _run_id(row)
         host = self._run(row)
-        host.load_state(row.run_id, self._unpacked(p), with_optimizer=bool(p["optimizer"]))
-        return {"type": "load_weights", "path": p["path"], "model_id": row.run_id}
+        host.load_state(run_id, self._unpacked(p), with_optimizer=bool(p["optimizer"]))
+        return {"type": "load_weights", "path": p["path"], "model_id": run_id}
 
     # Storage
 
-    def _save(self, row: TinkerRequest, after: list[Any], kind: str, write: Any) -> str:
+    def _save(
+        self, row: TinkerRequest, after: list[Any], kind: str, write: Callable[[str, Path], None]
+    ) -> str:
+        run_id = _run_id(row)
         work = Path(tempfile.mkdtemp(prefix="save-", dir=self._scratch()))
         try:
-            write(row.run_id, work / "dir")
+            write(run_id, work / "dir")
             archive, _, size = make_tar(work / "dir")
             ckpt_id = futures.new_checkpoint_id()
             key = f"tinker/{row.tenant_id}/{ckpt_id}.tar"
@@ -356,10 +376,10 @@ class TinkerWorker:
         finally:
             shutil.rmtree(work, ignore_errors=True)
         name = row.payload["name"]
-        after.append(TinkerCheckpoint(id=ckpt_id, run_id=row.run_id, tenant_id=row.tenant_id,
+        after.append(TinkerCheckpoint(id=ckpt_id, run_id=run_id, tenant_id=row.tenant_id,
                                       kind=kind, name=name, object_key=key, size_bytes=size,
                                       user_metadata=row.payload.get("user_metadata")))  # fmt: skip
-        return tinker_path(row.run_id, kind, name)
+        return tinker_path(run_id, kind, name)
 
     def _unpacked(self, ref: dict[str, Any]) -> Path:
         """A stored checkpoint unpacked on this machine (once: they never change)."""
@@ -379,6 +399,19 @@ class TinkerWorker:
         scratch = self.root / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         return scratch
+
+
+# What the worker runs for each request kind (`futures.submit`'s): the handler gets the request
+# and the list of rows to write with its outcome, and returns the future's result.
+HANDLERS: dict[str, Callable[[TinkerWorker, TinkerRequest, list[Any]], dict[str, Any]]] = {
+    "forward": TinkerWorker._forward,
+    "forward_backward": TinkerWorker._forward_backward,
+    "optim_step": TinkerWorker._optim_step,
+    "sample": TinkerWorker._sample,
+    "save_weights": TinkerWorker._save_weights,
+    "save_for_sampler": TinkerWorker._save_for_sampler,
+    "load_weights": TinkerWorker._load_weights,
+}
 
 
 def run_worker(settings: Settings, device: str | None = None) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,7 @@ class PreflightFailed(RuntimeError):
 def measure(
     spec: dict[str, Any],
     records: list[dict[str, Any]],
-    scorers: list[Scorer],
+    scorers: Sequence[Scorer],
     weights: BaseWeights,
     settings: Settings,
 ) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def measure(
 def gate(
     job: Job,
     records: list[dict[str, Any]],
-    scorers: list[Scorer],
+    scorers: Sequence[Scorer],
     weights: BaseWeights,
     settings: Settings,
     on_event: Callable[[str, str, dict[str, Any]], None],

@@ -283,7 +283,7 @@ class Supervisor:
             # or the row was taken over: it can write nothing, stop it.
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=LEASE_LOST_GRACE_S)  # type: ignore[union-attr]
-            if self.proc.poll() is None:  # type: ignore[union-attr]  (not a run that ended it)
+            if self.proc.poll() is None:  # type: ignore[union-attr]  # not a run that ended it
                 log.warning("%s %s epoch %s lost its lease; stopping it", name, row_id, self.epoch)
                 self.kill()
             return False

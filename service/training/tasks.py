@@ -22,7 +22,7 @@ from workers.observability import JsonFormatter
 
 @after_setup_logger.connect
 @after_setup_task_logger.connect
-def _json_logs(logger, *_args, **_kwargs) -> None:  # type: ignore[no-untyped-def]
+def _json_logs(logger, *_args, **_kwargs) -> None:
     """Worker logs as JSON lines (job id and epoch on every line of a run)."""
     for handler in logger.handlers:
         handler.setFormatter(JsonFormatter())

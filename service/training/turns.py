@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, literal, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -33,7 +33,7 @@ TABLES: dict[str, Any] = {"job": Job, "evaluation": Evaluation, "pre-flight": Pr
 def where(session: Session, kind: str, row_id: str) -> tuple[str, int] | None:
     """The queue and device count a row's message was sent for; None when it is gone."""
     model = TABLES[kind]
-    devices = model.devices if model is Job else 1
+    devices = model.devices if model is Job else literal(1)  # the others take one device
     found = session.execute(select(model.queue, devices).where(model.id == row_id)).first()
     return None if found is None else (found[0], int(found[1]))
 

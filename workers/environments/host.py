@@ -237,10 +237,10 @@ def _step_result(value: Any, error: str | None) -> StepResult:
         return StepResult(error=f"step failed: {error}")
     if isinstance(value, dict):  # what the runtime checked, checked again: it is not trusted
         obs, reward, done = value.get("observation"), value.get("reward"), value.get("done")
-        number = isinstance(reward, int | float) and not isinstance(reward, bool)
         if (
             (obs is None or isinstance(obs, str))
-            and number
+            and isinstance(reward, int | float)
+            and not isinstance(reward, bool)
             and math.isfinite(reward)
             and isinstance(done, bool)
         ):

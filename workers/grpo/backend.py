@@ -146,8 +146,10 @@ def select_backend(
         return PagedBackend()
     if name == "reference" or own_forward or not fast.supports(model):
         return ReferenceBackend()
-    batch = None if grpo is None else grpo.prompts_per_step * grpo.group_size
-    whole = grpo is not None and (grpo.micro_batch_size is None or grpo.micro_batch_size >= batch)
+    whole = grpo is not None and (
+        grpo.micro_batch_size is None
+        or grpo.micro_batch_size >= grpo.prompts_per_step * grpo.group_size
+    )
     record = record and whole
     record = record and grpo is not None and grpo.micro_batch_tokens is None  # packs: own forward
     return fast.FastBackend(record=record)

@@ -19,6 +19,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Literal, overload
 
 import torch
 import torch.nn.functional as F
@@ -230,6 +231,14 @@ def inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
     return (block * DRAW_BLOCK + j).squeeze(1)
 
 
+@overload
+def draw(
+    logits: Tensor, rows: RowSettings, noise: Tensor, keep: Literal[True]
+) -> tuple[Tensor, Tensor]: ...
+@overload
+def draw(
+    logits: Tensor, rows: RowSettings, noise: Tensor, keep: bool = False
+) -> tuple[Tensor, Tensor | None]: ...
 def draw(
     logits: Tensor, rows: RowSettings, noise: Tensor, keep: bool = False
 ) -> tuple[Tensor, Tensor | None]:

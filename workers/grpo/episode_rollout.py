@@ -19,7 +19,7 @@ more in its checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,7 +74,7 @@ class EpisodeRollout:
         self,
         records: list[dict],
         sampler: Sampler,
-        scorers: list[Scorer],
+        scorers: Sequence[Scorer],
         group_size: int,
         gen: GenerationParams,
         keep_logprobs: bool,
@@ -129,7 +129,7 @@ def _last_turn(ep: Episode) -> str:
 
 
 def _score(
-    scorers: list[Scorer],
+    scorers: Sequence[Scorer],
     batch: list[dict],
     episodes: list[Episode],
     on_event: Callable[[str, str, dict], None],

@@ -34,7 +34,7 @@ import torch
 from workers.grpo.config import GenerationParams
 from workers.grpo.draw import RowSeeds
 from workers.grpo.sampling import Continuation, Sampler
-from workers.grpo.text import TokenIds
+from workers.grpo.text import Prompt, TokenIds
 
 # For a tokenizer without a chat template: `role: content` lines, then `assistant:`.
 PLAIN_TEMPLATE = (
@@ -103,8 +103,8 @@ class ModelPolicy:
         self.turn += 1
         if not going:
             return turns
-        prompts = [TokenIds(ep.prompt + ep.completion) for _, ep in going]
-        named = {}
+        prompts: list[Prompt] = [TokenIds(ep.prompt + ep.completion) for _, ep in going]
+        named: dict[str, Any] = {}  # `seeds`, and a continuing sampler's cache keywords
         if self.seed is not None:
             base = (self.seed + _TURN_STRIDE * self.turn) % 2**64
             rows = [self._index[id(transcripts[k])] for k, _ in going]

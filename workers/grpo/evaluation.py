@@ -46,7 +46,7 @@ def evaluate(
     sampler: Sampler,
     generator: torch.Generator,
     records: list[dict],
-    scorers: list[Scorer],
+    scorers: Sequence[Scorer],
     gen: GenerationParams,
     on_event: Callable[[str, str, dict], None],
     context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,

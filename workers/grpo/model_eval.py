@@ -13,7 +13,7 @@ Left out: environments (multi-turn episodes), and the KL, advantages and loss of
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,7 @@ def _noop(*_: Any) -> None:
 def evaluate_model(
     weights: BaseWeights,
     records: list[dict],
-    scorers: list[Scorer],
+    scorers: Sequence[Scorer],
     samples_per_prompt: int,
     gen: GenerationParams,
     seed: int = 0,

@@ -23,7 +23,7 @@ import copy
 import dataclasses
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,7 +171,7 @@ class RolloutsAhead:
             map_tensors(batch, used_here)
         return batch
 
-    def publish(self, version: int, params: list[Tensor]) -> None:
+    def publish(self, version: int, params: Sequence[Tensor]) -> None:
         """The trainer's weights after `version` updates, if a batch still to come needs them."""
         if version > self.needed_version(self.last):
             return

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -104,7 +105,7 @@ def preflight_warnings(
 def preflight(
     spec: TrainSpec,
     records: list[dict],
-    scorers: list[Scorer],
+    scorers: Sequence[Scorer],
     *,
     weights: BaseWeights | None = None,
     prompts: int = 4,

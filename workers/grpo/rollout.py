@@ -17,7 +17,7 @@ counts (`errors/<name>`) add up every draw; `resampled_groups` counts the extra 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -56,7 +56,7 @@ def flat_groups(rewards: Tensor, group_size: int) -> list[int]:
 def collect_rollout(
     draw: Callable[[int], list[dict]],
     sampler: Sampler,
-    scorers: list[Scorer],
+    scorers: Sequence[Scorer],
     grpo: GRPOParams,
     gen: GenerationParams,
     pad_id: int,
@@ -143,9 +143,8 @@ def merge_generations(
         return torch.cat(rows_of)  # (N, width)
 
     kept = all(p.logprobs is not None for p in parts)
-    lengths = (
-        None if any(p.lengths is None for p in parts) else [parts[p].lengths[r] for p, r in rows]
-    )
+    known = [p.lengths for p in parts if p.lengths is not None]  # every part's, or not all
+    lengths = [known[p][r] for p, r in rows] if len(known) == len(parts) else None
     sizes = {p.group_size for p in parts}
     episodes = any(p.model_mask is not None for p in parts)
     return Generation(

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -42,6 +42,9 @@ from workers.grpo.scoring import Scorer
 from workers.grpo.text import pad_id
 from workers.grpo.update import batch_logprobs
 from workers.grpo.verifier_errors import FirstFailure
+
+if TYPE_CHECKING:
+    from workers.grpo.sharded import Save  # loaded with torch.distributed, for N > 1 processes
 
 
 def _noop(*_: Any) -> None:
@@ -81,14 +84,14 @@ class Run:
     scheduler: torch.optim.lr_scheduler.LambdaLR
     stream: PromptStream
     records: list[dict]
-    scorers: list[Scorer]
+    scorers: Sequence[Scorer]
     hooks: TrainHooks
     autocast: Callable[[], Any]
     backend: Backend
     step: int = 0
     params: list[torch.nn.Parameter] = field(default_factory=list)
     eval_records: list[dict] = field(default_factory=list)
-    eval_scorers: list[Scorer] = field(default_factory=list)
+    eval_scorers: Sequence[Scorer] = field(default_factory=list)
     watch: HackingWatch = field(default_factory=HackingWatch)
     meter: MemoryMeter | None = None
     world: Solo | Ranks = field(default_factory=Solo)
@@ -121,7 +124,7 @@ def _seed_everything(seed: int) -> None:
 def open_run(
     spec: TrainSpec,
     records: list[dict],
-    scorers: list[Scorer],
+    scorers: Sequence[Scorer],
     hooks: TrainHooks,
     resume_from: Path | None,
     device: str | None,
@@ -200,6 +203,7 @@ def _save(run: Run, directory: Path) -> Path:
     # The final checkpoint is the model alone: no run resumes from it, and the optimizer
     # state (AdamW's two moments per trained weight) would be most of the archive.
     state = None if run.step == run.spec.grpo.steps else _trainer_state(run)
+    save: Save
     if run.world.size == 1:
         save = save_checkpoint
     else:

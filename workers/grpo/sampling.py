@@ -56,7 +56,7 @@ class Generation:
     truncated: Tensor  # (N,) bool: hit max_new_tokens without EOS or stop
     logprobs: Tensor | None = None  # (N, T) log pi of each sampled token, 0 after the end
     lengths: list[int] | None = None  # N completion lengths (the mask's row sums), on the host
-    group_size: int = 1  # G
+    group_size: int | None = 1  # G; None: rows not known to come in groups of equal prompts
     backend_state: Any = None  # what the backend that sampled keeps for its forwards (opaque)
     # (N, T) float, 1 on the tokens the model sampled: an episode's completion also holds the
     # observation and tool tokens between its turns (mask 0). None: every completion token.
@@ -177,7 +177,8 @@ class PlainSampler:
         positions = positions[:, -ids.shape[1] :]  # (N, S') the positions of the ids fed
         ended = torch.zeros(n, dtype=torch.bool, device=device)  # (N,)
         stop_len: list[int | None] = [None] * n
-        tokens, kept = [], []
+        tokens: list[Tensor] = []
+        kept: list[Tensor] = []  # with `keep_logprobs`: each step's log-probs (N,)
         for t in range(params.max_new_tokens):
             res = model(input_ids=ids, attention_mask=mask, position_ids=positions,
                         use_cache=True, logits_to_keep=1, **{kw: cache})  # fmt: skip
@@ -185,7 +186,8 @@ class PlainSampler:
             token, logprob = draw(res.logits[:, -1], rows, noise[:, t], keep_logprobs)
             token = token.masked_fill(ended, pad_id(self.tokenizer))  # (N,) pads after the end
             tokens.append(token)
-            kept.append(logprob)
+            if logprob is not None:
+                kept.append(logprob)
             ended |= token == eos
             if params.stop:
                 find_stops(self.tokenizer, torch.stack(tokens, 1), ended, stop_len, params.stop,

@@ -8,7 +8,7 @@ by a scorer (e.g. its sandbox budget is spent) propagates and fails the job.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeGuard
 
@@ -40,7 +40,7 @@ class Scored:
 
 
 def score_completions(
-    scorers: list[Scorer],
+    scorers: Sequence[Scorer],
     batch: list[dict],
     texts: list[str],
     group_size: int,
@@ -52,7 +52,7 @@ def score_completions(
 
 
 def score_batch(
-    scorers: list[Scorer],
+    scorers: Sequence[Scorer],
     batch: list[dict],
     texts: list[str],
     group_size: int,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -52,7 +52,9 @@ def save_sharded(optimizer: torch.optim.Optimizer) -> Save:
     ) -> Path:
         directory, first = Path(directory), dist.get_rank() == 0
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        weights = _tied(get_model_state_dict(model, options=options), model)  # {} but on 0
+        # a model's state dict holds tensors alone (torch types it as any state dict's values)
+        gathered = cast(dict[str, torch.Tensor], get_model_state_dict(model, options=options))
+        weights = _tied(gathered, model)  # {} but on 0
         staging = None
         if trainer_state is not None:  # the final checkpoint is the model alone
             staging = directory.with_name(directory.name + ".dcp")

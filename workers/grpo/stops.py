@@ -31,7 +31,8 @@ class RowText:
         self.read = 0
 
     def _decode(self, tokens: list[int]) -> str:
-        return self.tokenizer.decode(tokens, skip_special_tokens=self.skip)
+        text: str = self.tokenizer.decode(tokens, skip_special_tokens=self.skip)  # one row's
+        return text
 
     def push(self, token: int) -> str:
         """Append `token`; the characters this adds to `text` (none while a character is half

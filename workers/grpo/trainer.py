@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,7 @@ class NonFiniteTraining(RuntimeError):
 def train(
     spec: TrainSpec,
     records: list[dict],
-    scorers: list[Scorer],
+    scorers: Sequence[Scorer],
     work_dir: Path,
     hooks: TrainHooks,
     *,
@@ -79,7 +80,7 @@ def train(
     device: str | None = None,
     rollout_devices: int = 0,
     eval_records: list[dict] | None = None,
-    eval_scorers: list[Scorer] | None = None,
+    eval_scorers: Sequence[Scorer] | None = None,
     weights: BaseWeights | None = None,
     environment: EnvironmentSession | None = None,
 ) -> TrainResult:
@@ -292,7 +293,8 @@ def _evaluate(run: Run) -> dict[str, float]:
         ids, tok = list(range(len(records))), run.policy.tokenizer
         rows = rollout_rows(
             run.step, "eval", tok, records, ids, out, scored.rewards, scored.scores,
-            scored.errors, None, played and played.transcripts, played and played.turn_rewards,
+            scored.errors, None, played.transcripts if played is not None else None,
+            played.turn_rewards if played is not None else None,
         )  # fmt: skip
         run.hooks.on_rollouts(run.step, "eval", rows)
     alarm = run.watch.observe_eval(metrics["eval_reward_mean"])

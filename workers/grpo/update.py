@@ -52,7 +52,9 @@ def micro_batches(out: Generation, size: int | None) -> list[tuple[slice, slice]
 def windows(out: Generation, size: int | None, tokens: int | None) -> list[Window]:
     """The micro-batches of a batch: packed ones of at most `tokens` tokens when set, else
     `size` rows each."""
-    return micro_batches(out, size) if tokens is None else list(pack_micro_batches(out, tokens))
+    if tokens is None:
+        return list(micro_batches(out, size))
+    return list(pack_micro_batches(out, tokens))
 
 
 def _span(window: Window) -> tuple[slice | Tensor, slice]:
@@ -138,7 +140,7 @@ def accumulate_gradients(
                 )  # (n, t)
             else:
                 lp, entropy = backend.forward(
-                    model, out, s, cols, gen.temperature, with_entropy
+                    model, out, *window, gen.temperature, with_entropy
                 )  # (n, t)
         loss, mb = grpo_loss(
             lp.float(),

@@ -13,10 +13,15 @@ contiguous by `save_pretrained`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
-def use_cpu_weight_layout(model: torch.nn.Module, column_major: bool = True) -> None:
+
+def use_cpu_weight_layout(model: PreTrainedModel, column_major: bool = True) -> None:
     """With `column_major`, store linear weights so (see the module docstring); embeddings
     keep their rows.
 

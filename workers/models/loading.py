@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 # at import, not inside the load: a run measures its peak memory from before it loads a model
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from workers.models.dtypes import resolve_precision, stored_dtype, weights_dtype
 from workers.models.layout import use_cpu_weight_layout
@@ -66,7 +66,7 @@ def load_pretrained(
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         stored = stored_dtype(AutoConfig.from_pretrained(path))  # before loading in `dtype`
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         if merge:  # peft only when there are adapters: a full-weights job never imports it
             from workers.models.lora import merge_adapters
 
@@ -74,7 +74,9 @@ def load_pretrained(
     except Exception as exc:  # noqa: BLE001 - any failure here is about these weights
         raise ModelLoadError(f"cannot load {label or repr(str(path))}: {exc}") from exc
     ensure_pad_token(tokenizer)
-    model = model.to(device)
+    # in place, as a Module moves; transformers wraps `to` in functools.wraps, whose stub is no
+    # method: mypy would pass `device` as its `self`
+    model.to(device)  # type: ignore[arg-type]
     if frozen:
         model.eval()
     model.requires_grad_(not frozen)  # merging froze the base: trained weights train again

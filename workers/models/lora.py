@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import cast
 
 import torch
 from peft import (
@@ -28,6 +29,8 @@ from peft import (
 )
 from safetensors.torch import save_file
 from torch import nn
+from torch.nn.modules.module import _IncompatibleKeys
+from transformers import PreTrainedModel
 
 
 def lora_config(
@@ -41,7 +44,7 @@ def lora_config(
     (peft's defaults for the architecture)."""
     return LoraConfig(
         r=rank,
-        lora_alpha=alpha,
+        lora_alpha=alpha,  # type: ignore[arg-type]  # peft says int; it only divides it by r
         lora_dropout=dropout,
         target_modules=targets if targets is None or isinstance(targets, str) else list(targets),
         task_type="CAUSAL_LM",
@@ -69,12 +72,13 @@ def load_adapter(
     return PeftModel.from_pretrained(model, str(path), adapter_name=name, is_trainable=trainable)
 
 
-def merge_adapters(model: nn.Module, paths: Iterable[str | Path]) -> nn.Module:
+def merge_adapters(model: PreTrainedModel, paths: Iterable[str | Path]) -> PreTrainedModel:
     """Fold each adapter into the weights (W + (alpha / r) * B A), oldest first: the plain
     model of the lineage. peft freezes the base to load an adapter: the caller sets which
     parameters train afterwards (`loading.load_pretrained` does)."""
     for path in paths:
-        model = load_adapter(model, path).merge_and_unload()
+        # peft types the unwrapped model as any Module; it is the model it wrapped
+        model = cast(PreTrainedModel, load_adapter(model, path).merge_and_unload())
     return model
 
 
@@ -87,7 +91,8 @@ def adapter_state(model: PeftModel, name: str) -> dict[str, torch.Tensor]:
 def load_adapter_state(model: PeftModel, name: str, state: dict[str, torch.Tensor]) -> None:
     """Set adapter `name`'s matrices from `adapter_state`'s dict; one missing or unexpected
     is a ValueError (peft only warns), so a state of another shape never half-loads."""
-    result = set_peft_model_state_dict(model, state, adapter_name=name)
+    # peft annotates the result as `namedtuple`: it is torch's `load_state_dict` result
+    result = cast(_IncompatibleKeys, set_peft_model_state_dict(model, state, adapter_name=name))
     missing = [k for k in result.missing_keys if f".{name}." in k]
     if missing or result.unexpected_keys:
         raise ValueError(f"adapter weights do not fit: missing {missing[:3]}, "
@@ -104,7 +109,7 @@ def save_adapter(model: PeftModel, name: str, path: str | Path) -> None:
     save_file(adapter_state(model, name), str(path / "adapter_model.safetensors"))
 
 
-def linear_layers(model: nn.Module) -> dict[str, str]:
+def linear_layers(model: PreTrainedModel) -> dict[str, str]:
     """Every linear layer's qualified name -> its group: attn, mlp, unembed, other, or tied (an
     unembedding that shares its weight with the embedding: no adapter goes there, since merging
     one would change the embedding too and the merged model would differ from the adapter's)."""

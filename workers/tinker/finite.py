@@ -8,6 +8,7 @@ a user error naming the field) and whatever it changed in the run is put back (`
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 
 import torch
 
@@ -19,7 +20,7 @@ class NotFinite(TinkerInputError):
     PostgreSQL's json, cannot carry such a value) and the run kept as it was."""
 
 
-def finite(tensors: list[torch.Tensor]) -> bool:
+def finite(tensors: Sequence[torch.Tensor]) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in tensors)
 
 

@@ -54,6 +54,12 @@ class Run:
     steps: int = 0
     optimizer: torch.optim.AdamW | None = None  # None while evicted
 
+    def resident_optimizer(self) -> torch.optim.AdamW:
+        """The optimiser of a resident run (`LoraHost._load` makes one resident)."""
+        if self.optimizer is None:
+            raise RuntimeError(f"run {self.name} is evicted: its optimiser is on disk")
+        return self.optimizer
+
 
 class LoraHost:
     def __init__(
@@ -132,29 +138,29 @@ class LoraHost:
         pending gradients included, stays as it was."""
         check.check_adam(adam)
         run = self._load(run_id)
-        params = self.adapters.parameters(run.name)
-        before = Snapshot(params, run.optimizer)
+        params, optimizer = self.adapters.parameters(run.name), run.resident_optimizer()
+        before = Snapshot(params, optimizer)
         clip = adam.grad_clip_norm if adam.grad_clip_norm > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
         if not torch.isfinite(grad_norm):
-            before.restore(params, run.optimizer)
+            before.restore(params, optimizer)
             raise NotFinite("adam_params", "the gradients' norm is not finite: nothing was changed")
-        for group in run.optimizer.param_groups:
+        for group in optimizer.param_groups:
             group.update(lr=adam.learning_rate, betas=(adam.beta1, adam.beta2), eps=adam.eps,
                          weight_decay=adam.weight_decay)  # fmt: skip
         try:
-            run.optimizer.step()
+            optimizer.step()
             stepped = finite(params)
         except RuntimeError:  # torch refuses a step size that float32 cannot hold
             stepped = False
         if not stepped:
-            before.restore(params, run.optimizer)
+            before.restore(params, optimizer)
             raise NotFinite(
                 "adam_params.learning_rate",
                 "this step makes the adapter's weights not finite (is the learning rate too "
                 "large?): it was undone, the run and its pending gradients are as before",
             )
-        run.optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=True)
         run.steps += 1
         return {"grad_norm": float(grad_norm), "learning_rate": adam.learning_rate,
                 "step": float(run.steps)}  # fmt: skip
@@ -285,7 +291,7 @@ class LoraHost:
         run = self._load(run_id)
         path = Path(path)
         self.adapters.write_peft_dir(run.name, path)
-        torch.save(run.optimizer.state_dict(), path / "optimizer.pt")
+        torch.save(run.resident_optimizer().state_dict(), path / "optimizer.pt")
         meta = {"config": asdict(run.config), "steps": run.steps}
         (path / "run.json").write_text(json.dumps(meta))
 
@@ -306,7 +312,7 @@ class LoraHost:
         try:
             self.adapters.load_adapter_state(run.name, adapter)
             if optimizer is not None:
-                run.optimizer.load_state_dict(optimizer)
+                run.resident_optimizer().load_state_dict(optimizer)
                 run.steps = steps
         except (ValueError, RuntimeError, KeyError) as exc:
             self.delete_run(staging)

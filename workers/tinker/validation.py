@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from workers.losses.registry import KNOWN_INPUTS, REFUSED, SPECS, LossSpec
 from workers.tinker.types import (
@@ -30,16 +31,20 @@ class ModelLimits:
     context: int  # the longest sequence the model takes (max_position_embeddings)
 
 
-def check_tokens(field: str, tokens: Sequence[int], limits: ModelLimits) -> None:
+def check_tokens(field: str, tokens: Sequence[object], limits: ModelLimits) -> list[int]:
+    """`tokens` as token ids, once each is an integer inside the vocabulary."""
+    ids: list[int] = []
     for j, t in enumerate(tokens):
         if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < limits.vocab_size:
             raise TinkerInputError(
                 f"{field}[{j}]",
                 f"token id {t!r} is outside the vocabulary 0..{limits.vocab_size - 1}",
             )
+        ids.append(t)
+    return ids
 
 
-def check_loss(loss_fn: str, config: dict | None) -> tuple[LossSpec, dict[str, float]]:
+def check_loss(loss_fn: str, config: dict[str, Any] | None) -> tuple[LossSpec, dict[str, float]]:
     """The loss and its config (defaults filled in)."""
     if loss_fn in REFUSED:
         raise TinkerInputError("loss_fn", f"{loss_fn!r}: {REFUSED[loss_fn]}")
@@ -117,17 +122,19 @@ def check_lora(config: LoraConfig, linear_names: set[str]) -> None:
         raise TinkerInputError("lora_config", "train_attn, train_mlp and train_unembed all off")
 
 
-def stop_rule(stop: str | list | None, eos: int | None, limits: ModelLimits) -> tuple[set, list]:
+def stop_rule(
+    stop: str | list[str] | list[int] | None, eos: int | None, limits: ModelLimits
+) -> tuple[set[int], list[str]]:
     """The token ids and the strings that end a sequence (`SamplingParams.stop`)."""
     if stop is None:
         return ({eos} if eos is not None else set()), []
-    items = [stop] if isinstance(stop, str) else list(stop)
-    if all(isinstance(s, str) for s in items):
-        if any(s == "" for s in items):
+    items: list[str] | list[int] = [stop] if isinstance(stop, str) else stop
+    strings = [s for s in items if isinstance(s, str)]
+    if len(strings) == len(items):
+        if any(s == "" for s in strings):
             raise TinkerInputError("sampling_params.stop", "an empty stop string")
-        return ({eos} if eos is not None and items else set()), items
-    check_tokens("sampling_params.stop", items, limits)
-    return set(items), []
+        return ({eos} if eos is not None and strings else set()), strings
+    return set(check_tokens("sampling_params.stop", items, limits)), []
 
 
 def check_sample(

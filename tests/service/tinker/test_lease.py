@@ -21,7 +21,7 @@ from service.models import TinkerCheckpoint, TinkerRequest
 from service.models.base import utcnow
 from service.settings import Settings, settings_in_force
 from service.tinker import futures
-from service.tinker.worker import TinkerWorker
+from service.tinker.worker import HANDLERS, TinkerWorker
 from service.training import reconciler
 from tests.service.tinker.test_queue import tenants
 
@@ -145,7 +145,7 @@ def test_a_long_request_keeps_its_lease_and_completes(
     """The heartbeat renews the lease of a request that runs three leases long while a
     reconciler keeps looking for lapsed ones."""
     submit(sessions, "lease-long")
-    monkeypatch.setattr(worker, "_optim_step", lambda row, after: time.sleep(2.0) or {"ok": 1})
+    monkeypatch.setitem(HANDLERS, "optim_step", lambda w, row, after: time.sleep(2) or {"ok": 1})
     row = claim(sessions, worker.name, lease_s=worker.settings.lease_seconds)
     stop = threading.Event()
 
@@ -197,7 +197,7 @@ def test_a_worker_whose_lease_lapsed_writes_nothing_and_forgets_what_it_changed(
     host = Host("r1")
     worker.hosts["tiny"] = host
 
-    def executed(row: TinkerRequest, after: list[Any]) -> dict[str, Any]:
+    def executed(_: TinkerWorker, row: TinkerRequest, after: list[Any]) -> dict[str, Any]:
         after.append(TinkerCheckpoint(id=f"tkc_{kind}", run_id=row.run_id, tenant_id=row.tenant_id,
                                       kind="training", name=kind, object_key="k"))  # fmt: skip
         lapse(sessions, row)  # meanwhile the reconciler fails it
@@ -205,7 +205,7 @@ def test_a_worker_whose_lease_lapsed_writes_nothing_and_forgets_what_it_changed(
             assert futures.fail_lapsed(db) == 1
         return {"type": kind}
 
-    monkeypatch.setattr(worker, f"_{kind}", executed)
+    monkeypatch.setitem(HANDLERS, kind, executed)
     worker.execute(row)  # does not raise
     assert failed_for_the_lease(reload(sessions, row))
     with sessions() as db:

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.models import TinkerCheckpoint, TinkerRequest
 from service.settings import Settings, settings_in_force
 from service.tinker import futures
-from service.tinker.worker import TinkerWorker
+from service.tinker.worker import HANDLERS, TinkerWorker
 from tests.service.tinker.test_queue import tenants
 
 
@@ -49,7 +49,7 @@ def test_a_result_with_nan_fails_its_request_alone(
         for i in range(2):
             futures.submit(db, tenant, "optim_step", "tiny", {"i": i})
     results = iter([{"metrics": {"grad_norm": float("nan")}}, {"metrics": {"grad_norm": 1.0}}])
-    monkeypatch.setattr(worker, "_optim_step", lambda row, after: next(results))
+    monkeypatch.setitem(HANDLERS, "optim_step", lambda worker, row, after: next(results))
     first = claim(sessions, worker)
     worker.execute(first)  # does not raise
     failed = outcome(sessions, first)
@@ -68,13 +68,13 @@ def test_rows_the_database_refuses_fail_their_request_with_a_clear_error(
         (tenant,) = tenants(db, "refused-tenant")
         futures.submit(db, tenant, "save_weights", "tiny", {"name": "x"})
 
-    def save_weights(row: TinkerRequest, after: list[Any]) -> dict[str, Any]:
+    def save_weights(_: TinkerWorker, row: TinkerRequest, after: list[Any]) -> dict[str, Any]:
         # no name: a NOT NULL column, refused by either database when the outcome is written
         after.append(TinkerCheckpoint(id="tkc_refused", run_id=None, tenant_id=row.tenant_id,
                                       kind="training", name=None, object_key="k"))  # fmt: skip
         return {"type": "save_weights", "path": "tinker://run/weights/x"}
 
-    monkeypatch.setattr(worker, "_save_weights", save_weights)
+    monkeypatch.setitem(HANDLERS, "save_weights", save_weights)
     row = claim(sessions, worker)
     worker.execute(row)
     failed = outcome(sessions, row)
@@ -82,3 +82,32 @@ def test_rows_the_database_refuses_fail_their_request_with_a_clear_error(
     assert failed.error["error"].startswith("internal error storing the result (")
     with sessions() as db:
         assert db.get(TinkerCheckpoint, "tkc_refused") is None
+
+
+@pytest.mark.parametrize("kind", ["teleport", "run"])  # `run`: the name of a worker method
+def test_a_request_of_a_kind_the_worker_does_not_run_fails_alone(
+    sessions: sessionmaker[Session],
+    worker: TinkerWorker,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+) -> None:
+    """A kind with no handler (an API newer than its worker) fails that request, naming the
+    kind and those the worker runs; the worker calls nothing for it and serves the next."""
+    with sessions.begin() as db:
+        (tenant,) = tenants(db, f"kind-{kind}-tenant")
+        futures.submit(db, tenant, kind, "tiny", {})
+        futures.submit(db, tenant, "optim_step", "tiny", {})
+    monkeypatch.setitem(HANDLERS, "optim_step", lambda worker, row, after: {"ok": 1})
+    first = claim(sessions, worker)
+    worker.execute(first)  # does not raise
+    failed = outcome(sessions, first)
+    assert failed.status == "failed" and failed.error is not None
+    assert failed.error == {
+        "error": f"this worker cannot run a {kind!r} request (it runs forward, "
+        "forward_backward, load_weights, optim_step, sample, save_for_sampler, save_weights)",
+        "category": "server",
+    }
+    second = claim(sessions, worker)
+    worker.execute(second)
+    done = outcome(sessions, second)
+    assert (done.status, done.result) == ("done", {"ok": 1})

@@ -10,7 +10,7 @@ outputs (`replay.py`). `backend.select_backend` chooses this backend unless `GRP
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import Tensor
@@ -43,7 +43,7 @@ def _prepare(model: Any) -> None:
         use_cpu_weight_layout(model, column_major=True)
 
 
-def _inputs(out: Generation, rows: slice, cols: slice) -> tuple[Tensor, ...]:
+def _inputs(out: Generation, rows: slice, cols: slice) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return (
         out.prompt_ids[rows],
         out.prompt_mask[rows],
@@ -52,7 +52,12 @@ def _inputs(out: Generation, rows: slice, cols: slice) -> tuple[Tensor, ...]:
     )
 
 
-def _host_side(out: Generation, rows: slice) -> dict[str, list[int] | None]:
+class _HostSide(TypedDict):
+    lengths: list[int] | None
+    groups: list[int] | None
+
+
+def _host_side(out: Generation, rows: slice) -> _HostSide:
     """The rows' completion lengths and groups as the sampler knows them on the host (None
     where it does not): the forward then reads neither from the device."""
     n = out.completion_ids.shape[0]

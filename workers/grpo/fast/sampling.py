@@ -66,7 +66,8 @@ class _HFForward:
     """Prefill / one-token steps through the model's own forward and its KV cache."""
 
     def __init__(self, model: Any) -> None:
-        self.model, self.cache_kw, self.cache = model, cache_keyword(model), None
+        self.model, self.cache_kw = model, cache_keyword(model)
+        self.cache: Any = None  # the model's KV cache (a transformers Cache); None: none yet
 
     def _run(self, ids: Tensor) -> Tensor:
         res = self.model(
@@ -124,7 +125,7 @@ class _HFForward:
         self.mask, self.positions = self.mask[keep], self.positions[keep]
 
 
-def _retire(forward: Any, going: Tensor, live: Tensor | None) -> Tensor:
+def _retire(forward: LeanDecoder | _HFForward, going: Tensor, live: Tensor | None) -> Tensor:
     """The forward (`LeanDecoder` or `_HFForward`) drops the decoded rows that have ended
     (`going` False, their cache rows too); the rows of the batch it decodes on (A,)."""
     keep = going.nonzero().flatten()  # (A,) into the decoded rows
@@ -216,7 +217,14 @@ class FastSampler:
         noise: Tensor,
         keep_cache: bool = False,
         start: tuple[Tensor, Tensor, Any] | None = None,
-    ) -> tuple[Tensor, Tensor, list[int | None], Tensor | None, DecodeRecord | None, Any]:
+    ) -> tuple[
+        Tensor,
+        Tensor,
+        list[int | None],
+        Tensor | None,
+        DecodeRecord | None,
+        tuple[Any, Tensor] | None,
+    ]:
         """Sampled tokens (N, T) drawn with `noise` (N, T), ended flags (N,), per-row length at
         a stop string, with
         `keep` the log-probs (N, T) of the sampled tokens, with `record` (lean decoder only)
@@ -227,12 +235,11 @@ class FastSampler:
         rows = settings_of(params, n, prompt_ids.device)
         total = width + params.max_new_tokens  # a continued batch's prompts are its sequences
         lean = LeanDecoder.build(self.model, total, rows=n) if self.lean else None
-        forward = lean or _HFForward(self.model)
+        forward: LeanDecoder | _HFForward = lean if lean is not None else _HFForward(self.model)
         # Fixed-shape steps (CUDA graphs) on a fresh batch; they record nothing for the replay
         static = self.static_steps
         static = graphs_enabled(prompt_ids.device) if static is None else static
-        static = static and lean is not None and not keep_cache and start is None
-        static = static and applies(lean)
+        static = static and lean is not None and not keep_cache and start is None and applies(lean)
         tape = None
         if lean is not None and record and not static:
             tape = lean.tape = DecodeRecord(self.model, n, lean.lean.lora_merged)
@@ -240,7 +247,7 @@ class FastSampler:
             ids, mask, cache = start
             if lean is not None and isinstance(cache, list):
                 logits = lean.resume(cache, ids, mask, params.max_new_tokens)  # (N, V)
-            elif lean is None and not isinstance(cache, list):
+            elif isinstance(forward, _HFForward) and not isinstance(cache, list):
                 logits = forward.resume(cache, ids, mask, params.max_new_tokens)  # (N, V)
             else:  # the last turn decoded the other way: re-encode
                 start = None
@@ -251,25 +258,30 @@ class FastSampler:
             logits = lean.prefill(prompt_ids, prompt_mask, params.max_new_tokens, share)
         elif start is None:
             logits = forward.prefill(prompt_ids, prompt_mask, params.max_new_tokens)  # (N, V)
-        if static:  # every row decoded to the end check that finds them all ended
+        stepper: LeanDecoder | _HFForward | StaticStep = forward
+        # every row decoded to the end check that finds them all ended
+        if static and lean is not None:
             try:
-                forward = StaticStep(lean, capture=prompt_ids.device.type == "cuda")
+                stepper = StaticStep(lean, capture=prompt_ids.device.type == "cuda")
             except RuntimeError as exc:  # not capturable here: the decoder's own steps
                 warnings.warn(f"decode steps not captured as a CUDA graph: {exc}", stacklevel=2)
                 static = False
         # a kept cache keeps every row: retiring would drop the rows of ended turns
-        retires = not static and not keep_cache and (lean is not None or forward.selects_rows())
+        retires = not static and not keep_cache
+        retires = retires and (isinstance(forward, LeanDecoder) or forward.selects_rows())
         ended = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)  # (N,)
         check_every = self.end_check_every or (1 if prompt_ids.device.type == "cpu" else 8)
         check_every = 1 if params.stop else check_every
         stop_len: list[int | None] = [None] * n
-        out, kept = [], []
+        out: list[Tensor] = []
+        kept: list[Tensor] = []  # with `keep`: each step's log-probs (N,)
         live: Tensor | None = None  # (A,) the rows the decoder still decodes; None: all
         for t in range(params.max_new_tokens):
             nxt, logprob = draw(logits, rows, noise[:, t], keep)  # (N,)
             nxt = nxt.masked_fill(ended, pad)  # (N,)
             out.append(nxt)
-            kept.append(logprob)
+            if logprob is not None:
+                kept.append(logprob)
             ended |= nxt == eos
             if params.stop:
                 find_stops(self.tokenizer, torch.stack(out, 1), ended, stop_len, params.stop,
@@ -286,9 +298,9 @@ class FastSampler:
             if tape is not None:
                 tape.begin(t, live)  # this step feeds completion token t
             if live is None:
-                logits = forward.step(nxt)  # (N, V)
+                logits = stepper.step(nxt)  # (N, V)
             else:  # the retired rows' draws (all pads) take uniform logits
-                decoded = forward.step(nxt[live])  # (A, V)
+                decoded = stepper.step(nxt[live])  # (A, V)
                 logits = decoded.new_zeros(n, decoded.shape[1]).index_copy_(0, live, decoded)
         logprobs = torch.stack(kept, 1) if keep else None  # (N, T)
         cached = forward.cached() if keep_cache else None
