@@ -11,7 +11,8 @@ from service.datasets import service
 from service.datasets.builder import BuiltDataset, from_json_body, from_jsonl
 from service.datasets.schemas import DatasetCreate, DatasetOut, DatasetRecordOut
 from service.http.deps import SessionDep, SettingsDep, StorageDep, TenantDep
-from service.http.idempotency import Idempotent, IdempotentRoute, reads_its_body
+from service.http.idempotency import Idempotent, IdempotentRoute
+from service.http.json_body import reads_its_body
 from service.http.openapi import problems
 from service.models import Dataset
 from service.settings import Settings

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from service.core.ids import new_id
 from service.core.problems import FieldError, ProblemError
+from service.core.text import text_problem
 from service.jobs.budget import refuse_over_budget
 from service.models import CatalogModel, TinkerCheckpoint, TinkerRun, TinkerSession
 from service.models.base import utcnow
@@ -33,6 +34,12 @@ def missing(kind: str, ident: str) -> ProblemError:
     return ProblemError(404, "Not Found", f"{kind} '{ident}' not found")
 
 
+def _comparable(ident: str) -> bool:
+    """Whether the database can even compare `ident`: PostgreSQL refuses a NUL character in any
+    text parameter (a 500), so an id or path with one (from the URL) is looked up as missing."""
+    return bool(ident) and text_problem(ident) is None
+
+
 # Sessions
 
 
@@ -44,7 +51,7 @@ def create_session(session: Session, tenant_id: str) -> str:
 
 
 def get_session(session: Session, tenant_id: str, session_id: str, kind: str) -> TinkerSession:
-    row = session.get(TinkerSession, session_id)
+    row = session.get(TinkerSession, session_id) if _comparable(session_id) else None
     if row is None or row.tenant_id != tenant_id or row.kind != kind:
         raise missing("sampling session" if kind == "sampler" else "session", session_id)
     return row
@@ -120,7 +127,7 @@ def check_lora(lora: schemas.LoraConfigIn) -> None:
 
 
 def get_run(session: Session, tenant_id: str, run_id: str) -> TinkerRun:
-    run = session.get(TinkerRun, run_id) if run_id else None
+    run = session.get(TinkerRun, run_id) if _comparable(run_id) else None
     if run is None or run.tenant_id != tenant_id:
         raise missing("training run", run_id)
     return run
@@ -207,6 +214,8 @@ def find_checkpoint(
     run_id, path_kind, name = parse_path(path, field)
     if kind is not None and path_kind != kind:
         raise bad_request(field, f"a {KIND_SEGMENT[kind]} path is needed here")
+    if not _comparable(path):
+        raise missing("checkpoint", path)
     row = session.scalars(
         select(TinkerCheckpoint).where(
             TinkerCheckpoint.run_id == run_id,
