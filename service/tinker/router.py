@@ -13,6 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from service.core.problems import ProblemError
+from service.http.content_disposition import attachment
 from service.http.deps import SessionDep, StorageDep, authenticate
 from service.jobs.budget import refuse_over_budget
 from service.jobs.service import lineage_in_use
@@ -301,7 +302,7 @@ def checkpoint_archive(
     not serve). A sampler checkpoint unpacks to a peft adapter directory."""
     path = f"tinker://{run_id}/{kind}/{name}"
     ckpt = service.find_checkpoint(db, tenant, path)
-    headers = {"Content-Disposition": f'attachment; filename="{name}.tar"',
+    headers = {"Content-Disposition": attachment(f"{ckpt.name}.tar"),
                "Content-Length": str(storage.size(ckpt.object_key))}  # fmt: skip
     return StreamingResponse(
         storage.open_stream(ckpt.object_key), media_type="application/x-tar", headers=headers
