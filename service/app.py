@@ -23,6 +23,7 @@ from service.http import idempotency, openapi
 from service.http.api_docs.router import router as docs_router
 from service.http.errors import UnhandledErrors, install_error_handlers
 from service.http.health import router as health_router
+from service.http.json_body import StorableJson
 from service.http.limits import BodyLimitMiddleware
 from service.http.metrics import MetricsMiddleware, register_collectors
 from service.http.wakeups import wake_ups
@@ -95,6 +96,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         swagger_ui_oauth2_redirect_url=None,
+        # first of every route's dependencies: a JSON body the stores cannot keep is a 422
+        dependencies=[StorableJson],
     )
     install_error_handlers(app)
     idempotency.install(app)

@@ -19,7 +19,7 @@ from typing import Any
 import ijson
 
 from service.core.problems import FieldError
-from service.core.text import unstorable_text
+from service.core.text import unstorable_value
 from service.datasets import line_index
 from service.datasets.records import MAX_ERRORS, from_messages, record_errors
 
@@ -66,7 +66,7 @@ class DatasetBuilder:
         if not problems:
             record, problems = from_messages(record, path)
         problems = problems or record_errors(record, path)
-        if not problems and (error := unstorable_text(record, path)) is not None:
+        if not problems and (error := unstorable_value(record, path)) is not None:
             problems = [error]
         if problems:
             prefix = f"line {line}: " if line is not None else ""
@@ -208,6 +208,6 @@ def _envelope(data: bytes) -> tuple[str | None, BuiltDataset]:
         built.errors.append(FieldError(path="$.records", message="Field required"))
     if not isinstance(name, str) or not 1 <= len(name) <= 200:
         built.errors.append(FieldError(path="$.name", message="a string of 1 to 200 characters"))
-    elif (error := unstorable_text(name, "$.name")) is not None:
+    elif (error := unstorable_value(name, "$.name")) is not None:
         built.errors.append(error)
     return name, built

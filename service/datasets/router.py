@@ -10,8 +10,10 @@ from service.core.problems import FieldError, invalid
 from service.datasets import service
 from service.datasets.builder import BuiltDataset, from_json_body, from_jsonl
 from service.datasets.schemas import DatasetCreate, DatasetOut, DatasetRecordOut
+from service.http.content_disposition import attachment
 from service.http.deps import SessionDep, SettingsDep, StorageDep, TenantDep
-from service.http.idempotency import Idempotent, IdempotentRoute, reads_its_body
+from service.http.idempotency import Idempotent, IdempotentRoute
+from service.http.json_body import reads_its_body
 from service.http.openapi import problems
 from service.models import Dataset
 from service.settings import Settings
@@ -137,7 +139,7 @@ def download_dataset(
     return Response(
         storage.get_bytes(row.object_key),
         media_type="application/jsonl",
-        headers={"Content-Disposition": f'attachment; filename="{row.id}.jsonl"'},
+        headers={"Content-Disposition": attachment(f"{row.id}.jsonl")},
     )
 
 

@@ -13,12 +13,13 @@ from starlette.datastructures import UploadFile
 
 from service.core.pagination import PageDep
 from service.core.problems import FieldError, ProblemError
-from service.core.text import unstorable_text
+from service.core.text import unstorable_value
 from service.datasets.builder import from_jsonl
 from service.files import lines, service
 from service.files.schemas import PURPOSE, FileDeleted, FileList, FileOut
 from service.http.deps import SessionDep, SettingsDep, StorageDep, TenantDep
-from service.http.idempotency import Idempotent, IdempotentRoute, reads_its_body
+from service.http.idempotency import Idempotent, IdempotentRoute
+from service.http.json_body import reads_its_body
 from service.http.openapi import problems
 
 router = APIRouter(
@@ -60,7 +61,7 @@ def bad_request(errors: list[FieldError]) -> ProblemError:
 def _filename(upload: UploadFile) -> str | None:
     raw = upload.filename or ""
     name = PureWindowsPath(PurePosixPath(raw).name).name  # a client's path: its last part
-    return name if 1 <= len(name) <= 200 and unstorable_text(name) is None else None
+    return name if 1 <= len(name) <= 200 and unstorable_value(name) is None else None
 
 
 @router.post(

@@ -49,7 +49,7 @@ def render_problem(
     )
 
 
-def _body_model(request: Request) -> type[BaseModel] | None:
+def body_model(request: Request) -> type[BaseModel] | None:
     """The pydantic model the request's route reads its body into (for "did you mean")."""
     field = getattr(request.scope.get("route"), "body_field", None)
     annotation = field.field_info.annotation if field is not None else None
@@ -74,7 +74,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        model = _body_model(request)
+        model = body_model(request)
         errors = [
             FieldError(path="$", message=f"invalid JSON: {e.get('ctx', {}).get('error', '')}")
             if e.get("type") == "json_invalid"

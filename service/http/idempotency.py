@@ -30,8 +30,9 @@ from sqlalchemy.exc import IntegrityError
 
 from service.core.db import after_rollback, session_scope
 from service.core.problems import FieldError, ProblemError, conflict, invalid
-from service.core.text import text_problem, unstorable_text
+from service.core.text import text_problem
 from service.http.deps import SessionDep, SettingsDep, TenantDep
+from service.http.json_body import is_json, read_json
 from service.models import IdempotencyKey
 from service.models.base import aware, utcnow
 
@@ -40,9 +41,6 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 POLL_SECONDS = 0.05
 PURGE_PROBABILITY = 0.01
 KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
-# A JSON body up to this size is parsed on the event loop (well under a millisecond): a trip
-# through the thread pool would cost more than the parse.
-PARSE_INLINE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -208,9 +206,10 @@ Idempotent = Depends(idempotency, scope="function")
 
 
 class IdempotentRoute(APIRoute):
-    """Refuses text the stores cannot keep (`service.core.text`) in the path, the query, the
-    idempotency key and a JSON body, before any dependency runs; hands the endpoint's response
-    to the idempotency dependency before its teardown."""
+    """Refuses text the stores cannot keep (`service.core.text`) in the path, the query and the
+    idempotency key, and reads a JSON body (`service.http.json_body`, which checks it), before
+    any dependency runs; hands the endpoint's response to the idempotency dependency before its
+    teardown."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -218,7 +217,9 @@ class IdempotentRoute(APIRoute):
         unstored: tuple[str, ...] = getattr(self.endpoint, "replayed_without", ())
 
         async def capture(request: Request) -> Response:
-            await _refuse_unstorable_text(request, parse_json)
+            _refuse_unstorable_params(request)
+            if parse_json and is_json(request):
+                await read_json(request)  # before FastAPI reads it: off the event loop if large
             response = await handler(request)
             if getattr(request.state, "idempotency", None) is not None:
                 request.state.idempotency_response = response
@@ -240,14 +241,7 @@ def replayed_without(*fields: str) -> Callable[[Callable[..., Any]], Callable[..
     return mark
 
 
-def reads_its_body(endpoint: Callable[..., Any]) -> Callable[..., Any]:
-    """Mark an endpoint that parses (and checks) its own body, as it streams: the route then
-    never parses it whole (`POST /v1/datasets`, whose bodies are the largest)."""
-    endpoint.reads_its_body = True  # type: ignore[attr-defined]
-    return endpoint
-
-
-async def _refuse_unstorable_text(request: Request, parse_json: bool = True) -> None:
+def _refuse_unstorable_params(request: Request) -> None:
     fields = [
         *(("path", k, v) for k, v in request.path_params.items()),
         *(("query", k, v) for k, v in request.query_params.multi_items()),
@@ -258,21 +252,6 @@ async def _refuse_unstorable_text(request: Request, parse_json: bool = True) -> 
         for where, name, value in fields
         if isinstance(value, str) and (message := text_problem(value))
     ]
-    if not errors and parse_json and "json" in request.headers.get("content-type", ""):
-        raw = await request.body()
-        try:  # a large body off the event loop: it takes a while to parse
-            if len(raw) > PARSE_INLINE_BYTES:
-                body = await run_in_threadpool(json.loads, raw)
-            else:
-                body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None  # the endpoint reports malformed JSON itself
-        except RecursionError:
-            raise invalid([FieldError(path="$", message="JSON nested too deeply")]) from None
-        else:
-            request._json = body  # Starlette's cache: the endpoint's `request.json()` reuses it
-        if (error := unstorable_text(body)) is not None:
-            errors.append(error)
     if errors:
         raise invalid(errors)
 

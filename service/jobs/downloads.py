@@ -8,6 +8,7 @@ import re
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
 from service.core.problems import ProblemError
+from service.http.content_disposition import attachment
 from service.models import Checkpoint, Job
 from service.settings import Settings
 from service.storage import ObjectStorage
@@ -58,7 +59,7 @@ def download_response(
     size = ckpt.size_bytes
     headers = {
         "Accept-Ranges": "bytes",
-        "Content-Disposition": f'attachment; filename="{job.id}-step-{ckpt.step}.tar"',
+        "Content-Disposition": attachment(f"{job.id}-step-{ckpt.step}.tar"),
         "X-Checkpoint-SHA256": ckpt.sha256,
         "X-Checkpoint-Step": str(ckpt.step),
     }

@@ -22,5 +22,8 @@ class TinkerSession(Base):
     clients: Mapped[int] = mapped_column(Integer, default=0)  # join_sampling_session's counter
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
-    # session: set by `finish`; later heartbeats answer 410, which ends the SDK's heartbeat loop
+    # session: set by `finish`; later heartbeats answer 410, which ends the SDK's heartbeat loop,
+    # and so do its runs' and sampling sessions' requests (service/tinker/service.py)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
+    # sampler: the session it was made in (None for a session, and a sampler of before 0022)
+    session_id: Mapped[str | None] = mapped_column(String(64), default=None)

@@ -4,6 +4,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
 from service.core.pagination import MAX_INT, Page, PageDep
+from service.http.content_disposition import attachment
 from service.http.deps import SessionDep, StorageDep
 from service.http.openapi import problems
 from service.jobs.router import JobDep
@@ -63,5 +64,5 @@ def download_rollouts(
     return StreamingResponse(
         service.download_stream(storage, keys),
         media_type=PARQUET_MEDIA_TYPE,
-        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        headers={"Content-Disposition": attachment(name)},
     )

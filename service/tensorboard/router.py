@@ -2,6 +2,7 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from service.core.problems import not_found
+from service.http.content_disposition import attachment
 from service.http.deps import StorageDep
 from service.http.openapi import problems
 from service.jobs.router import JobDep
@@ -27,5 +28,5 @@ def download_tensorboard(job: JobDep, storage: StorageDep) -> StreamingResponse:
     return StreamingResponse(
         tensorboard_stream(storage, job.id, keys),
         media_type="application/gzip",
-        headers={"Content-Disposition": f'attachment; filename="{job.id}-tensorboard.tar.gz"'},
+        headers={"Content-Disposition": attachment(f"{job.id}-tensorboard.tar.gz")},
     )

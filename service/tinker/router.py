@@ -13,6 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from service.core.problems import ProblemError
+from service.http.content_disposition import attachment
 from service.http.deps import SessionDep, SettingsDep, StorageDep, authenticate
 from service.jobs.service import lineage_in_use
 from service.tinker import futures, polling, schemas, service, wire
@@ -136,7 +137,7 @@ async def forward_backward(request: Request, tenant: TenantDep, db: SessionDep):
 
 
 def _queue_forward_backward(db: Any, tenant: str, body: dict[str, Any]) -> schemas.UntypedFuture:
-    run = service.get_run(db, tenant, body["model_id"])
+    run = service.live_run(db, tenant, body["model_id"])
     futures.check_forward_backward(body, service.catalog_model(db, run.base_model))
     kind = "forward" if body["forward_only"] else "forward_backward"
     payload = {k: body[k] for k in ("loss_fn", "loss_fn_config", "data")}
@@ -145,7 +146,7 @@ def _queue_forward_backward(db: Any, tenant: str, body: dict[str, Any]) -> schem
 
 @router.post("/optim_step")
 def optim_step(body: schemas.OptimStepIn, tenant: TenantDep, db: SessionDep):
-    run = service.get_run(db, tenant, body.model_id)
+    run = service.live_run(db, tenant, body.model_id)
     if body.optimizer_params is not None:
         raise bad_request("optimizer_params", "only Adam (adam_params) is supported")
     adam = (body.adam_params or schemas.AdamParamsIn()).model_dump()
@@ -154,7 +155,7 @@ def optim_step(body: schemas.OptimStepIn, tenant: TenantDep, db: SessionDep):
 
 @router.post("/save_weights")
 def save_weights(body: schemas.SaveWeightsIn, tenant: TenantDep, db: SessionDep):
-    run = service.get_run(db, tenant, body.model_id)
+    run = service.live_run(db, tenant, body.model_id)
     name = service.checkpoint_name("path", body.path, f"step-{body.seq_id or 0}")
     service.check_name_free(db, run, "training", name, body.overwrite)
     payload = {"name": name, "user_metadata": body.user_metadata}
@@ -165,7 +166,7 @@ def save_weights(body: schemas.SaveWeightsIn, tenant: TenantDep, db: SessionDep)
 def save_for_sampler(body: schemas.SaveForSamplerIn, tenant: TenantDep, db: SessionDep):
     """With a name: a sampler checkpoint. Without (save_weights_and_get_sampling_client): one
     named after the request, and a sampling session on it, whose id the future answers."""
-    run = service.get_run(db, tenant, body.model_id)
+    run = service.live_run(db, tenant, body.model_id)
     name = service.checkpoint_name("path", body.path, f"sampler-{body.seq_id or 0}")
     if body.path is None:
         name = f"ephemeral-{futures.new_checkpoint_id()}"
@@ -175,7 +176,7 @@ def save_for_sampler(body: schemas.SaveForSamplerIn, tenant: TenantDep, db: Sess
     if taken is not None and lineage_in_use(db, tenant, taken.id):
         raise ProblemError(409, "Conflict", f"{path} is the base of a live job (another name)")
     payload = {"name": name, "user_metadata": body.user_metadata,
-               "sampling_session": body.path is None}  # fmt: skip
+               "sampling_session": body.path is None, "session_id": run.session_id}  # fmt: skip
     return _future(futures.submit(db, tenant, "save_for_sampler", run.base_model, payload, run))
 
 
@@ -183,7 +184,7 @@ def save_for_sampler(body: schemas.SaveForSamplerIn, tenant: TenantDep, db: Sess
 def load_weights(body: schemas.LoadWeightsIn, tenant: TenantDep, db: SessionDep):
     ckpt = service.find_checkpoint(db, tenant, body.path, "training")
     if body.model_id:
-        run = service.get_run(db, tenant, body.model_id)
+        run = service.live_run(db, tenant, body.model_id)
     elif body.session_id:  # create_training_client_from_state: a new run on the state's config
         source = service.get_run(db, tenant, ckpt.run_id)
         create = schemas.CreateModelIn(
@@ -230,7 +231,7 @@ def asample(body: schemas.SampleIn, tenant: TenantDep, db: SessionDep):
     if body.topk_prompt_logprobs or body.topk_sample_logprobs or body.prompt_alt_tokens_k:
         raise bad_request("topk_prompt_logprobs", "top-k log-probs are not supported")
     if body.sampling_session_id:
-        sampler = service.get_session(db, tenant, body.sampling_session_id, "sampler")
+        sampler = service.live_sampler(db, tenant, body.sampling_session_id)
         base, path = sampler.base_model or "", sampler.model_path
     else:
         base, path = body.base_model or "", body.model_path
@@ -298,7 +299,7 @@ def checkpoint_archive(
     not serve). A sampler checkpoint unpacks to a peft adapter directory."""
     path = f"tinker://{run_id}/{kind}/{name}"
     ckpt = service.find_checkpoint(db, tenant, path)
-    headers = {"Content-Disposition": f'attachment; filename="{name}.tar"',
+    headers = {"Content-Disposition": attachment(f"{ckpt.name}.tar"),
                "Content-Length": str(storage.size(ckpt.object_key))}  # fmt: skip
     return StreamingResponse(
         storage.open_stream(ckpt.object_key), media_type="application/x-tar", headers=headers

@@ -4,9 +4,41 @@ releases, and every body carries a `type` tag); responses carry what the SDK's m
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+# user_metadata's limits (docs/tinker.md): it is kept with a run or a checkpoint and answered in
+# every listing of them, so its size is bounded as any stored field is.
+MAX_METADATA_KEYS = 64
+MAX_METADATA_KEY_CHARS = 128
+MAX_METADATA_VALUE_CHARS = 4096
+MAX_METADATA_BYTES = 16 * 1024  # keys and values together, in UTF-8
+
+
+def _bounded(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`metadata` if within the limits (a value counted as stored: its text), else why not."""
+    if metadata is None:
+        return None
+    if len(metadata) > MAX_METADATA_KEYS:
+        raise ValueError(f"{len(metadata)} keys; the limit is {MAX_METADATA_KEYS}")
+    total = 0
+    for key, value in metadata.items():
+        text = value if isinstance(value, str) else str(value)
+        if len(key) > MAX_METADATA_KEY_CHARS:
+            raise ValueError(f"a key of {len(key)} characters; the limit is "
+                             f"{MAX_METADATA_KEY_CHARS}")  # fmt: skip
+        if len(text) > MAX_METADATA_VALUE_CHARS:
+            raise ValueError(f"the value of '{key}' has {len(text)} characters; the limit is "
+                             f"{MAX_METADATA_VALUE_CHARS}")  # fmt: skip
+        total += len(key.encode(errors="surrogatepass")) + len(text.encode(errors="surrogatepass"))
+    if total > MAX_METADATA_BYTES:
+        raise ValueError(f"{total} bytes of keys and values; the limit is {MAX_METADATA_BYTES}")
+    return metadata
+
+
+UserMetadata = Annotated[dict[str, Any] | None, AfterValidator(_bounded)]
+StringMetadata = Annotated[dict[str, str] | None, AfterValidator(_bounded)]
 
 
 class _In(BaseModel):
@@ -19,7 +51,7 @@ class ClientConfigIn(_In):
 
 class CreateSessionIn(_In):
     tags: list[str] = []
-    user_metadata: dict[str, Any] | None = None
+    user_metadata: UserMetadata = None
     sdk_version: str | None = None
     project_id: str | None = None
     display_name: str | None = None
@@ -45,7 +77,7 @@ class CreateModelIn(_In):
     session_id: str
     model_seq_id: int = 0
     base_model: str
-    user_metadata: dict[str, Any] | None = None
+    user_metadata: UserMetadata = None
     lora_config: LoraConfigIn | None = None
     optimizer_config: OptimizerConfigIn = OptimizerConfigIn()
 
@@ -78,7 +110,7 @@ class SaveWeightsIn(_In):
     seq_id: int | None = None
     ttl_seconds: int | None = None
     overwrite: bool = False
-    user_metadata: dict[str, str] | None = None
+    user_metadata: StringMetadata = None
 
 
 class SaveForSamplerIn(SaveWeightsIn):
@@ -92,7 +124,7 @@ class LoadWeightsIn(_In):
     session_id: str | None = None
     model_seq_id: int | None = None
     base_model: str | None = None
-    user_metadata: dict[str, Any] | None = None
+    user_metadata: UserMetadata = None
     path: str
     optimizer: bool = False
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from service.core.ids import new_id
 from service.core.problems import FieldError, ProblemError, too_many
+from service.core.text import text_problem
 from service.jobs import open_jobs
 from service.jobs.budget import refuse_over_budget
 from service.models import CatalogModel, TinkerCheckpoint, TinkerRun, TinkerSession
@@ -33,6 +34,12 @@ def bad_request(field: str, message: str) -> ProblemError:
 
 def missing(kind: str, ident: str) -> ProblemError:
     return ProblemError(404, "Not Found", f"{kind} '{ident}' not found")
+
+
+def _comparable(ident: str) -> bool:
+    """Whether the database can even compare `ident`: PostgreSQL refuses a NUL character in any
+    text parameter (a 500), so an id or path with one (from the URL) is looked up as missing."""
+    return bool(ident) and text_problem(ident) is None
 
 
 # Sessions
@@ -65,18 +72,36 @@ def create_session(session: Session, settings: Settings, tenant_id: str) -> str:
 
 
 def get_session(session: Session, tenant_id: str, session_id: str, kind: str) -> TinkerSession:
-    row = session.get(TinkerSession, session_id)
+    row = session.get(TinkerSession, session_id) if _comparable(session_id) else None
     if row is None or row.tenant_id != tenant_id or row.kind != kind:
         raise missing("sampling session" if kind == "sampler" else "session", session_id)
     return row
 
 
-def heartbeat(session: Session, tenant_id: str, session_id: str) -> None:
-    """A finished session's heartbeat is a 410: the SDK stops its heartbeat loop on it."""
+def gone(session_id: str) -> ProblemError:
+    """410 for a request in a finished session (the SDK raises it as an APIStatusError, and
+    never retries it); its saved weights and earlier futures stay readable."""
+    return ProblemError(410, "Gone", f"session '{session_id}' has finished: it takes no more "
+                        "requests (start a new ServiceClient)")  # fmt: skip
+
+
+def open_session(session: Session, tenant_id: str, session_id: str) -> TinkerSession:
+    """The tenant's session, unless finished (410)."""
     row = get_session(session, tenant_id, session_id, "session")
     if row.finished_at is not None:
-        raise ProblemError(410, "Gone", f"session '{session_id}' has finished")
-    row.heartbeat_at = utcnow()
+        raise gone(session_id)
+    return row
+
+
+def _refuse_finished(session: Session, session_id: str | None) -> None:
+    parent = session.get(TinkerSession, session_id) if session_id else None
+    if parent is not None and parent.finished_at is not None:
+        raise gone(parent.id)
+
+
+def heartbeat(session: Session, tenant_id: str, session_id: str) -> None:
+    """A finished session's heartbeat is a 410: the SDK stops its heartbeat loop on it."""
+    open_session(session, tenant_id, session_id).heartbeat_at = utcnow()
 
 
 def finish_session(session: Session, tenant_id: str, session_id: str) -> None:
@@ -108,7 +133,7 @@ def capabilities(session: Session) -> schemas.Capabilities:
 
 
 def create_run(session: Session, tenant_id: str, body: schemas.CreateModelIn) -> TinkerRun:
-    get_session(session, tenant_id, body.session_id, "session")
+    open_session(session, tenant_id, body.session_id)
     catalog_model(session, body.base_model)
     lora = body.lora_config or schemas.LoraConfigIn(rank=32)
     check_lora(lora)
@@ -141,9 +166,16 @@ def check_lora(lora: schemas.LoraConfigIn) -> None:
 
 
 def get_run(session: Session, tenant_id: str, run_id: str) -> TinkerRun:
-    run = session.get(TinkerRun, run_id) if run_id else None
+    run = session.get(TinkerRun, run_id) if _comparable(run_id) else None
     if run is None or run.tenant_id != tenant_id:
         raise missing("training run", run_id)
+    return run
+
+
+def live_run(session: Session, tenant_id: str, run_id: str) -> TinkerRun:
+    """The tenant's run, to queue a request on: not in a finished session (410)."""
+    run = get_run(session, tenant_id, run_id)
+    _refuse_finished(session, run.session_id)
     return run
 
 
@@ -228,6 +260,8 @@ def find_checkpoint(
     run_id, path_kind, name = parse_path(path, field)
     if kind is not None and path_kind != kind:
         raise bad_request(field, f"a {KIND_SEGMENT[kind]} path is needed here")
+    if not _comparable(path):
+        raise missing("checkpoint", path)
     row = session.scalars(
         select(TinkerCheckpoint).where(
             TinkerCheckpoint.run_id == run_id,
@@ -289,7 +323,7 @@ def check_name_free(session: Session, run: TinkerRun, kind: str, name: str, over
 def create_sampler(
     session: Session, tenant_id: str, body: schemas.CreateSamplingSessionIn
 ) -> TinkerSession:
-    get_session(session, tenant_id, body.session_id, "session")
+    open_session(session, tenant_id, body.session_id)
     if body.model_path:
         ckpt = find_checkpoint(session, tenant_id, body.model_path, "sampler", "model_path")
         base = get_run(session, tenant_id, ckpt.run_id).base_model
@@ -301,14 +335,22 @@ def create_sampler(
         kind="sampler",
         base_model=base,
         model_path=body.model_path,
+        session_id=body.session_id,
     )
     session.add(row)
     session.flush()
     return row
 
 
-def join_sampler(session: Session, tenant_id: str, sampler_id: str) -> int:
+def live_sampler(session: Session, tenant_id: str, sampler_id: str) -> TinkerSession:
+    """The tenant's sampling session, to sample with: not in a finished session (410)."""
     row = get_session(session, tenant_id, sampler_id, "sampler")
+    _refuse_finished(session, row.session_id)
+    return row
+
+
+def join_sampler(session: Session, tenant_id: str, sampler_id: str) -> int:
+    row = live_sampler(session, tenant_id, sampler_id)
     row.clients += 1
     return row.clients
 

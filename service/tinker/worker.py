@@ -349,6 +349,7 @@ class TinkerWorker:
                 kind="sampler",
                 base_model=row.base_model,
                 model_path=path,
+                session_id=row.payload.get("session_id"),  # its run's session
             )
             after.append(sampler)
             out["sampling_session_id"] = sampler.id

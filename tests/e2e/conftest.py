@@ -3,6 +3,7 @@ from __future__ import annotations
 import secrets
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,17 @@ def _psql(sql: str) -> None:
     subprocess.run(
         ["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-qc", sql], check=True
     )
+
+
+@contextmanager
+def fresh_database(prefix: str) -> Iterator[str]:
+    """A new PostgreSQL database's URL; the database is dropped afterwards."""
+    db = f"{prefix}_{secrets.token_hex(4)}"
+    _psql(f"CREATE DATABASE {db}")
+    try:
+        yield f"{PG}/{db}"
+    finally:
+        _psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
 
 
 @pytest.fixture(scope="session")
