@@ -166,6 +166,38 @@ def test_verifier_that_raises_is_counted_not_fatal(
     assert final["status"] == "succeeded", final
     rows = client.get(f"/v1/jobs/{final['id']}/metrics").json()["data"]
     assert sum(row["errors/flaky"] for row in rows) == 2 * 2 * 2  # 2 odd prompts x G=2 x 2 steps
+    events = client.get(f"/v1/jobs/{final['id']}/events").json()["data"]
+    warned = [e for e in events if e["type"] == "warning"
+              and e["data"].get("reason") == "verifier_errors"]  # fmt: skip
+    assert len(warned) == 1, events  # half the scores failed: said once, not fatal
+    assert "odd digits are not supported" in warned[0]["message"]
+
+
+def test_a_verifier_that_fails_on_every_completion_fails_the_job(client: httpx.Client) -> None:
+    source = "def verify(prompt, completion, **kw):\n    return kw['answer'] == completion\n"
+    r = client.post(
+        "/v1/verifiers",
+        json={"name": "wrong-field", "kind": "python", "config": {"source": source}},
+    )
+    assert r.status_code == 201, r.text
+    records = [{"prompt": f"Digit {d}:", "target": str(d)} for d in (1, 2)]
+    ds = client.post("/v1/datasets", json={"name": "targets", "records": records}).json()["id"]
+    r = client.post(
+        "/v1/jobs",
+        json={
+            "base_model": TINY,
+            "dataset": ds,
+            "verifiers": [{"name": "wrong-field"}],
+            "grpo": {"steps": 5, "prompts_per_step": 2, "group_size": 2},
+            "generation": {"max_new_tokens": 4},
+        },
+    )
+    assert r.status_code == 201, r.text
+    final = wait_final(client, r.json()["id"], timeout=200)
+    assert final["status"] == "failed" and final["error"]["code"] == "verifier_errors", final
+    message = final["error"]["message"]
+    assert "step 1: every score failed" in message and "KeyError" in message, message
+    assert "verifier 'wrong-field'" in message and "on the completion" in message
 
 
 def test_auth(embedded_service: RunningService, client: httpx.Client, tiny_model_dir: Path) -> None:
