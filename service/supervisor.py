@@ -6,8 +6,8 @@ Each child runs in a process group of its own under a small leader (`process_gro
 passes SIGTERM to the whole group, so it reaches a Celery worker's pool child too: the training
 task then checkpoints at its next step boundary and hands its lease back (graceful shutdown)
 instead of being cut off. The leader also gets SIGTERM from the kernel when this supervisor
-dies, even by SIGKILL, so no child outlives it. The reconciler and the webhook dispatcher run as
-threads here, beside every worker.
+dies, even by SIGKILL, so no child outlives it. The reconciler, the webhook dispatcher and the
+Tinker checkpoints' expiry pass run as threads here, beside every worker.
 """
 
 from __future__ import annotations
@@ -97,8 +97,10 @@ class Supervisor:
 
     def _start_reconciler(self) -> None:
         """The reconciler and, beside it, the webhook dispatcher (a loop of its own: it wakes
-        every `webhook_poll_s`, far more often than the reconciler's passes)."""
+        every `webhook_poll_s`, far more often than the reconciler's passes) and the Tinker
+        checkpoints' expiry pass."""
         from service.settings import get_settings
+        from service.tinker.checkpoints import expire_forever
         from service.training.reconciler import run_forever
         from service.webhooks.dispatcher import run_forever as dispatch_forever
 
@@ -106,7 +108,9 @@ class Supervisor:
         # The dispatcher, stopped, finishes and records its sends under way, each within
         # GRPO_WEBHOOK_TIMEOUT_S: waited for, a restart re-sends nothing it had claimed.
         self._loops_grace_s = settings.webhook_timeout_s + 10
-        for name, loop in (("reconciler", run_forever), ("webhooks", dispatch_forever)):
+        loops = (("reconciler", run_forever), ("webhooks", dispatch_forever),
+                 ("tinker-expiry", expire_forever))  # fmt: skip
+        for name, loop in loops:
             thread = threading.Thread(
                 target=loop, args=(settings, self._stop), name=name, daemon=True
             )

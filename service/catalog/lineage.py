@@ -24,7 +24,8 @@ def find_sampler_weights(
     session: Session, tenant_id: str, path: str
 ) -> tuple[TinkerCheckpoint, TinkerRun] | None:
     """The tenant's sampler checkpoint at a tinker:// path, with its run; None exactly as for
-    a missing one for anything else (another tenant's, a training-state path, a bad path)."""
+    a missing one for anything else (another tenant's, an expired one, a training-state path, a
+    bad path)."""
     run_id, segment, name = path.removeprefix(TINKER_PREFIX).partition(SAMPLER_SEGMENT)
     if not (path.startswith(TINKER_PREFIX) and segment and run_id and name) or text_problem(path):
         return None
@@ -36,6 +37,7 @@ def find_sampler_weights(
             TinkerCheckpoint.kind == "sampler",
             TinkerCheckpoint.name == name,
             TinkerRun.tenant_id == tenant_id,
+            TinkerCheckpoint.unexpired(),
         )
     ).first()
     return None if row is None else (row[0], row[1])

@@ -1,4 +1,5 @@
-"""Per-tenant quotas: datasets, rollouts, registered versions, open jobs, concurrent tests."""
+"""Per-tenant quotas: datasets, rollouts, Tinker checkpoints, registered versions, open jobs,
+concurrent tests."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ class QuotaSettings(BaseModel):
         ge=0,
         description="Bytes of stored rollouts (Parquet) a tenant's jobs may hold; past "
         "it a job stores no more (a warning event); 0 = unlimited.",
+    )
+    max_tinker_bytes_per_tenant: int = Field(
+        100 << 30,
+        ge=0,
+        description="Bytes of Tinker checkpoints (save_state, save_weights_for_sampler) a tenant "
+        "may keep; a save that would pass it is refused (413); 0 = unlimited.",
     )
     max_verifier_versions_per_tenant: int = Field(
         10_000, ge=1, description="Verifier versions a tenant may register, all names (429)."

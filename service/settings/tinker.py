@@ -40,3 +40,10 @@ class TinkerSettings(BaseModel):
         description="Runs whose adapter and optimiser state a tinker worker keeps in memory "
         "per base model; the least recently used beyond that are evicted to its disk.",
     )
+    tinker_ephemeral_ttl_s: int = Field(
+        3600,
+        ge=1,
+        le=10 * 365 * 86400,
+        description="How long the sampler weights of save_weights_and_get_sampling_client (no "
+        "name: the SDK calls them ephemeral) are kept before they expire and are deleted.",
+    )

@@ -16,7 +16,7 @@ from service.core.problems import ProblemError
 from service.http.content_disposition import attachment
 from service.http.deps import SessionDep, SettingsDep, StorageDep, authenticate
 from service.jobs.service import lineage_in_use
-from service.tinker import futures, polling, schemas, service, wire
+from service.tinker import checkpoints, futures, polling, schemas, service, wire
 from service.tinker.service import bad_request
 
 # Out of our OpenAPI document: the contract is the SDK's (docs/tinker.md), and the document
@@ -154,28 +154,37 @@ def optim_step(body: schemas.OptimStepIn, tenant: TenantDep, db: SessionDep):
 
 
 @router.post("/save_weights")
-def save_weights(body: schemas.SaveWeightsIn, tenant: TenantDep, db: SessionDep):
+def save_weights(
+    body: schemas.SaveWeightsIn, tenant: TenantDep, db: SessionDep, settings: SettingsDep
+):
     run = service.live_run(db, tenant, body.model_id)
     name = service.checkpoint_name("path", body.path, f"step-{body.seq_id or 0}")
+    checkpoints.check_ttl(body.ttl_seconds)
     service.check_name_free(db, run, "training", name, body.overwrite)
-    payload = {"name": name, "user_metadata": body.user_metadata}
+    checkpoints.refuse_over_cap(db, settings, run, "training", name)
+    payload = {"name": name, "user_metadata": body.user_metadata, "ttl_seconds": body.ttl_seconds}
     return _future(futures.submit(db, tenant, "save_weights", run.base_model, payload, run))
 
 
 @router.post("/save_weights_for_sampler")
-def save_for_sampler(body: schemas.SaveForSamplerIn, tenant: TenantDep, db: SessionDep):
+def save_for_sampler(
+    body: schemas.SaveForSamplerIn, tenant: TenantDep, db: SessionDep, settings: SettingsDep
+):
     """With a name: a sampler checkpoint. Without (save_weights_and_get_sampling_client): one
-    named after the request, and a sampling session on it, whose id the future answers."""
+    named after the request, expiring after GRPO_TINKER_EPHEMERAL_TTL_S, and a sampling
+    session on it, whose id the future answers."""
     run = service.live_run(db, tenant, body.model_id)
     name = service.checkpoint_name("path", body.path, f"sampler-{body.seq_id or 0}")
+    ttl = body.ttl_seconds
     if body.path is None:
-        name = f"ephemeral-{futures.new_checkpoint_id()}"
-    service.check_name_free(db, run, "sampler", name, True)
-    path = service.tinker_path(run.id, "sampler", name)
-    taken = service.find_sampler(db, tenant, path)  # a job pins its id: keep what it loads
-    if taken is not None and lineage_in_use(db, tenant, taken.id):
+        name, ttl = f"ephemeral-{futures.new_checkpoint_id()}", settings.tinker_ephemeral_ttl_s
+    checkpoints.check_ttl(ttl)
+    taken = service.check_name_free(db, run, "sampler", name, True)
+    if taken is not None and lineage_in_use(db, tenant, taken.id):  # keep what a job loads
+        path = service.tinker_path(run.id, "sampler", name)
         raise ProblemError(409, "Conflict", f"{path} is the base of a live job (another name)")
-    payload = {"name": name, "user_metadata": body.user_metadata,
+    checkpoints.refuse_over_cap(db, settings, run, "sampler", name)
+    payload = {"name": name, "user_metadata": body.user_metadata, "ttl_seconds": ttl,
                "sampling_session": body.path is None, "session_id": run.session_id}  # fmt: skip
     return _future(futures.submit(db, tenant, "save_for_sampler", run.base_model, payload, run))
 
@@ -287,7 +296,7 @@ def training_run(run_id: str, tenant: TenantDep, db: SessionDep) -> schemas.Trai
 
 
 @router.get("/training_runs/{run_id}/checkpoints")
-def checkpoints(run_id: str, tenant: TenantDep, db: SessionDep) -> schemas.CheckpointsList:
+def run_checkpoints(run_id: str, tenant: TenantDep, db: SessionDep) -> schemas.CheckpointsList:
     return service.list_checkpoints(db, service.get_run(db, tenant, run_id))
 
 
@@ -310,14 +319,23 @@ def checkpoint_archive(
 def delete_checkpoint(
     run_id: str, kind: str, name: str, tenant: TenantDep, db: SessionDep, storage: StorageDep
 ) -> Response:
+    """The SDK's delete_checkpoint: the row now, its object once that has committed."""
     ckpt = service.find_checkpoint(db, tenant, f"tinker://{run_id}/{kind}/{name}")
-    if lineage_in_use(db, tenant, ckpt.id):  # as for a job's checkpoint (DELETE /v1/jobs/...)
-        raise ProblemError(
-            409, "Conflict", f"tinker://{run_id}/{kind}/{name} is the base of a live job"
-        )
-    db.delete(ckpt)
-    db.flush()
-    storage.delete(ckpt.object_key)
+    checkpoints.delete_checkpoint(db, storage, ckpt)
+    return Response(status_code=204)
+
+
+@router.api_route(
+    "/training_runs/{run_id}/checkpoints/{kind}/{name}/ttl", methods=["PUT", "POST"],
+    status_code=204,
+)  # fmt: skip
+def checkpoint_ttl(
+    run_id: str, kind: str, name: str, body: schemas.CheckpointTtlIn, tenant: TenantDep,
+    db: SessionDep,
+) -> Response:  # fmt: skip
+    """The SDK's set_checkpoint_ttl: expires `ttl_seconds` from now; null: never."""
+    ckpt = service.find_checkpoint(db, tenant, f"tinker://{run_id}/{kind}/{name}")
+    checkpoints.set_ttl(db, ckpt, body.ttl_seconds)
     return Response(status_code=204)
 
 
@@ -341,8 +359,6 @@ UNSUPPORTED = {
         "external weights URLs (use .../archive, docs/tinker.md)",
     ("POST", "/training_runs/{run_id}/checkpoints/{kind}/{name}/publish"): "publishing",
     ("DELETE", "/training_runs/{run_id}/checkpoints/{kind}/{name}/publish"): "publishing",
-    ("PUT", "/training_runs/{run_id}/checkpoints/{kind}/{name}/ttl"): "checkpoint TTLs",
-    ("POST", "/training_runs/{run_id}/checkpoints/{kind}/{name}/ttl"): "checkpoint TTLs",
     ("GET", "/checkpoints"): "listing every checkpoint of a user",
     ("GET", "/sessions"): "listing sessions",
     ("GET", "/sessions/{session_id}"): "session details",

@@ -118,6 +118,10 @@ class SaveForSamplerIn(SaveWeightsIn):
     kind: str = "snapshot"
 
 
+class CheckpointTtlIn(_In):
+    ttl_seconds: int | None = None  # null: the checkpoint never expires
+
+
 class LoadWeightsIn(_In):
     model_id: str | None = None
     seq_id: int | None = None

@@ -214,7 +214,11 @@ def run_out(session: Session, run: TinkerRun) -> schemas.TrainingRunOut:
     def last(kind: str) -> schemas.CheckpointOut | None:
         row = session.scalars(
             select(TinkerCheckpoint)
-            .where(TinkerCheckpoint.run_id == run.id, TinkerCheckpoint.kind == kind)
+            .where(
+                TinkerCheckpoint.run_id == run.id,
+                TinkerCheckpoint.kind == kind,
+                TinkerCheckpoint.unexpired(),
+            )
             .order_by(TinkerCheckpoint.created_at.desc())
             .limit(1)
         ).first()
@@ -267,6 +271,7 @@ def find_checkpoint(
             TinkerCheckpoint.run_id == run_id,
             TinkerCheckpoint.kind == path_kind,
             TinkerCheckpoint.name == name,
+            TinkerCheckpoint.unexpired(),
         )
     ).first()
     if row is None or row.tenant_id != tenant_id:
@@ -291,20 +296,24 @@ def checkpoint_out(row: TinkerCheckpoint) -> schemas.CheckpointOut:
         tinker_path=tinker_path(row.run_id, row.kind, row.name),
         size_bytes=row.size_bytes,
         user_metadata=row.user_metadata,
+        expires_at=_iso(row.expires_at) if row.expires_at else None,
     )
 
 
 def list_checkpoints(session: Session, run: TinkerRun) -> schemas.CheckpointsList:
     rows = session.scalars(
         select(TinkerCheckpoint)
-        .where(TinkerCheckpoint.run_id == run.id)
+        .where(TinkerCheckpoint.run_id == run.id, TinkerCheckpoint.unexpired())
         .order_by(TinkerCheckpoint.created_at.desc())
     ).all()
     return schemas.CheckpointsList(checkpoints=[checkpoint_out(r) for r in rows])
 
 
-def check_name_free(session: Session, run: TinkerRun, kind: str, name: str, overwrite: bool):
-    """409 for a name the run holds already, unless `overwrite` (the SDK's save_state flag)."""
+def check_name_free(
+    session: Session, run: TinkerRun, kind: str, name: str, overwrite: bool
+) -> TinkerCheckpoint | None:
+    """409 for a name the run holds already, unless `overwrite` (the SDK's save_state flag);
+    an expired checkpoint's name is free. The row the save will replace, expired or not."""
     taken = session.scalars(
         select(TinkerCheckpoint).where(
             TinkerCheckpoint.run_id == run.id,
@@ -312,9 +321,10 @@ def check_name_free(session: Session, run: TinkerRun, kind: str, name: str, over
             TinkerCheckpoint.name == name,
         )
     ).first()
-    if taken is not None and not overwrite:
+    if taken is not None and not taken.is_expired() and not overwrite:
         path = tinker_path(run.id, kind, name)
         raise ProblemError(409, "Conflict", f"checkpoint '{path}' exists (overwrite=True)")
+    return taken
 
 
 # Sampling sessions

@@ -10,7 +10,8 @@ Each request is claimed under a lease (service/core/leases.py), renewed from a h
 while it runs (a big forward_backward can outlast many leases) and fenced when its outcome is
 written: a worker whose lease lapsed writes nothing, and forgets the run state the request
 changed, which its future does not report. Between requests the worker also fails the requests
-whose lease lapsed (a dead worker's, `futures.fail_lapsed`), as the reconciler does.
+whose lease lapsed (a dead worker's, `futures.fail_lapsed`), as the reconciler does, and deletes
+the checkpoints past their TTL (`checkpoints.expire_once`).
 
 The API never imports this module (it loads torch, through workers.tinker, on the first request:
 an idle worker started by `grpo-service up` costs no model memory).
@@ -33,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.core import leases
@@ -43,8 +44,8 @@ from service.core.leases import LeaseLost
 from service.models import CatalogModel, TinkerCheckpoint, TinkerRequest, TinkerRun, TinkerSession
 from service.settings import Settings
 from service.storage import ObjectStorage, open_storage_from_settings
-from service.storage.archive import extract_tar, make_tar
-from service.tinker import futures
+from service.storage.archive import extract_tar
+from service.tinker import checkpoints, futures
 from service.tinker.service import tinker_path
 
 if TYPE_CHECKING:
@@ -85,14 +86,14 @@ class TinkerWorker:
         self.root = settings.data_path / "tinker"
         self.hosts: dict[str, LoraHost] = {}  # base model name -> its host
         self.last_served: dict[str, float] = {}
-        self.reaped_at = float("-inf")  # the last `fail_lapsed` pass (monotonic)
+        self.reaped_at = float("-inf")  # the last of `_passes` (monotonic)
 
     def run(self, stop: threading.Event) -> None:
         """Until `stop`. Nothing a request does ends the loop: a request's failure fails that
         request alone, and a database that cannot be reached is waited for."""
         pause = 0.0
         while not stop.is_set():
-            self._fail_lapsed()
+            self._passes()
             try:
                 row = self._claim()
             except SQLAlchemyError:
@@ -114,9 +115,10 @@ class TinkerWorker:
                 session.expunge(row)
         return row
 
-    def _fail_lapsed(self) -> None:
+    def _passes(self) -> None:
         """Every `reconcile_seconds`: fail the requests whose lease lapsed (a dead worker's),
-        so a tinker worker alone, with no reconciler beside it, leaves no request running."""
+        so a tinker worker alone, with no reconciler beside it, leaves no request running; and
+        delete the checkpoints past their TTL, as the pass beside the reconciler does."""
         if time.monotonic() - self.reaped_at < self.settings.reconcile_seconds:
             return
         self.reaped_at = time.monotonic()
@@ -125,8 +127,9 @@ class TinkerWorker:
                 if count := futures.fail_lapsed(session):
                     log.warning("tinker worker %s: failed %d request(s) whose lease lapsed",
                                 self.name, count)  # fmt: skip
+            checkpoints.expire_once(self.storage)
         except SQLAlchemyError:
-            log.exception("tinker worker %s: cannot look for lapsed requests", self.name)
+            log.exception("tinker worker %s: a periodic pass failed", self.name)
 
     def execute(self, row: TinkerRequest) -> None:
         """Runs the request and records its outcome; never raises. An outcome that cannot be
@@ -138,12 +141,14 @@ class TinkerWorker:
             result, error = self._outcome(row, after)
             seconds = time.monotonic() - started
             try:
-                self._record(row, result, error, after, seconds)
+                replaced = self._record(row, result, error, after, seconds)
             except LeaseLost:
+                self._unstored(after)
                 self._lost(row)
             except Exception as exc:  # the request fails; the worker keeps serving the others
                 log.exception("tinker request %s (%s): its outcome was not stored", row.id,
                               row.kind)  # fmt: skip
+                self._unstored(after)
                 error = {"error": f"internal error storing the result ({type(exc).__name__})",
                          "category": "server"}  # fmt: skip
                 try:
@@ -152,6 +157,8 @@ class TinkerWorker:
                     self._lost(row)
                 except Exception:  # the database is gone: the lease lapses (fail_lapsed)
                     log.exception("tinker request %s: its failure was not stored either", row.id)
+            else:  # the new rows have committed: what they replaced goes
+                checkpoints.delete_objects(self.storage, replaced)
 
     @contextmanager
     def _renewing(self, row: TinkerRequest) -> Iterator[None]:
@@ -229,24 +236,28 @@ class TinkerWorker:
         error: dict[str, Any] | None,
         after: list[Any],
         seconds: float,
-    ) -> None:
+    ) -> list[str]:
+        """Writes the outcome and its rows in one transaction; returns the object keys of the
+        checkpoints they replaced (an overwrite), to delete once it has committed."""
+        replaced: list[str] = []
         with session_scope() as session:
             # first, so the row stays this claim's to the commit (LeaseLost: nothing written)
             leases.fence(session, TinkerRequest, row.id, row.epoch, futures.RUNNING)
             if error is None:
                 for item in after:
-                    if isinstance(item, TinkerCheckpoint):  # overwrite: the new one replaces
-                        session.execute(
-                            delete(TinkerCheckpoint).where(
-                                TinkerCheckpoint.run_id == item.run_id,
-                                TinkerCheckpoint.kind == item.kind,
-                                TinkerCheckpoint.name == item.name,
-                            )
-                        )
-                    session.add(item)
+                    if isinstance(item, TinkerCheckpoint):  # an overwrite: the new one replaces
+                        replaced += checkpoints.replace(session, item)
+                    else:
+                        session.add(item)
                 session.flush()
             futures.finish(session, row.seq, result=result, error=error, device_seconds=seconds,
                            epoch=row.epoch)  # fmt: skip
+        return replaced
+
+    def _unstored(self, after: list[Any]) -> None:
+        """The objects stored for an outcome that was not written: no row will name them."""
+        keys = [item.object_key for item in after if isinstance(item, TinkerCheckpoint)]
+        checkpoints.delete_objects(self.storage, keys)
 
     # The engine
 
@@ -366,21 +377,13 @@ class TinkerWorker:
     def _save(
         self, row: TinkerRequest, after: list[Any], kind: str, write: Callable[[str, Path], None]
     ) -> str:
-        run_id = _run_id(row)
-        work = Path(tempfile.mkdtemp(prefix="save-", dir=self._scratch()))
-        try:
-            write(run_id, work / "dir")
-            archive, _, size = make_tar(work / "dir")
-            ckpt_id = futures.new_checkpoint_id()
-            key = f"tinker/{row.tenant_id}/{ckpt_id}.tar"
-            self.storage.put_file(key, archive)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        name = row.payload["name"]
-        after.append(TinkerCheckpoint(id=ckpt_id, run_id=run_id, tenant_id=row.tenant_id,
-                                      kind=kind, name=name, object_key=key, size_bytes=size,
-                                      user_metadata=row.payload.get("user_metadata")))  # fmt: skip
-        return tinker_path(run_id, kind, name)
+        """The checkpoint stored (within the tenant's cap), its row written with the outcome."""
+        if row.run_id is None:  # the API queues a save on its run
+            raise LookupError("a save without its run")
+        ckpt = checkpoints.store(self.storage, self.settings, self._scratch(), row.run_id,
+                                 row.tenant_id, kind, row.payload, write)  # fmt: skip
+        after.append(ckpt)
+        return tinker_path(row.run_id, kind, ckpt.name)
 
     def _unpacked(self, ref: dict[str, Any]) -> Path:
         """A stored checkpoint unpacked on this machine (once: they never change)."""

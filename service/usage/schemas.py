@@ -27,8 +27,8 @@ class UsageFigures(BaseModel):
     )
     verifier_cpu_seconds: float = Field(description="CPU seconds the verifiers used scoring.")
     storage_bytes: int = Field(
-        description="Bytes of the jobs' stored objects (checkpoints, rollout files) still kept, "
-        "by the day they were written."
+        description="Bytes of the jobs' stored objects (checkpoints, rollout files) and of the "
+        "Tinker checkpoints still kept, by the day they were written."
     )
 
 

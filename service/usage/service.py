@@ -1,7 +1,8 @@
 """The tenant's usage report (`GET /v1/usage`): the recorded step usage (`job_usage`), the
 device time its pre-flights held (under their `pf_` ids by job, device kind `preflight`), its
-evaluations' device time and completion tokens (under their `eval_` ids) and the
-jobs' stored objects, over whole UTC days, by job or by day. Budgets: `service.jobs.budget`."""
+evaluations' device time and completion tokens (under their `eval_` ids), the jobs' stored
+objects and the Tinker checkpoints (under their run's id), over whole UTC days, by job or by
+day. Budgets: `service.jobs.budget`."""
 
 from __future__ import annotations
 
@@ -16,7 +17,16 @@ from sqlalchemy.orm import Session
 from service.core.problems import FieldError, invalid
 from service.jobs import preflight_rows
 from service.jobs.budget import budget_state
-from service.models import Checkpoint, Evaluation, Job, JobUsage, RolloutFile, Tenant, TinkerRequest
+from service.models import (
+    Checkpoint,
+    Evaluation,
+    Job,
+    JobUsage,
+    RolloutFile,
+    Tenant,
+    TinkerCheckpoint,
+    TinkerRequest,
+)
 from service.settings import get_settings
 from service.usage.schemas import BudgetOut, GroupBy, UsageFigures, UsageReport, UsageRow
 
@@ -177,7 +187,8 @@ def _stored_objects(
 ) -> Iterable[tuple[str, datetime, int]]:
     """(job, written at, bytes) of every checkpoint and rollout file of the tenant's jobs kept
     now and written in the window: a job's storage, always as stored (pruned and deleted
-    objects are gone from it)."""
+    objects are gone from it); and (run, written at, bytes) of its Tinker checkpoints, under
+    their run's id by job, until deleted (overwritten, deleted, or expired and passed)."""
     since, until = (datetime.combine(d, time(), UTC) for d in (first, stop))
     for model in (Checkpoint, RolloutFile):
         yield from session.execute(
@@ -185,6 +196,15 @@ def _stored_objects(
             .join(Job, Job.id == model.job_id)
             .where(Job.tenant_id == tenant_id, model.created_at >= since, model.created_at < until)
         ).tuples()
+    yield from session.execute(
+        select(
+            TinkerCheckpoint.run_id, TinkerCheckpoint.created_at, TinkerCheckpoint.size_bytes
+        ).where(
+            TinkerCheckpoint.tenant_id == tenant_id,
+            TinkerCheckpoint.created_at >= since,
+            TinkerCheckpoint.created_at < until,
+        )
+    ).tuples()
 
 
 def _row(group_by: GroupBy, key: Any, figures: dict[str, Any]) -> UsageRow:

@@ -13,25 +13,16 @@ import pytest
 import tinker
 from tinker import types
 
-from tests.api.server import run_api
-from tests.e2e.conftest import fresh_database
-from tests.e2e.services import TINY, RunningService, stop_all
-from tests.e2e.test_tinker_sdk import BATCH, client_for, datum, loss_of, start_worker
+from tests.e2e.services import TINY, RunningService
+from tests.e2e.test_tinker_sdk import BATCH, client_for, datum, loss_of, on_postgres
 
 WAIT_S = 120  # a future the worker never finishes would hang the SDK: fail instead
 
 
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[RunningService]:
-    env = {"GRPO_TINKER_LONG_POLL_S": "1", "GRPO_TINKER_WORKER_POLL_S": "0.05"}
-    with fresh_database("grpo_tinker") as url:
-        work = tmp_path_factory.mktemp("tinker-pg")
-        with run_api({**env, "GRPO_DATABASE_URL": url}, work, tiny_model_dir) as api:
-            api.procs.append(start_worker(api))
-            try:
-                yield api
-            finally:
-                stop_all(api.procs[1:], timeout=20)
+    with on_postgres(tmp_path_factory, tiny_model_dir, "tinker", {}) as api:
+        yield api
 
 
 def worker_alive(svc: RunningService) -> bool:

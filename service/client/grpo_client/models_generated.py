@@ -680,7 +680,7 @@ class UsageFigures(BaseModel):
     """
     storage_bytes: int = Field(..., title="Storage Bytes")
     """
-    Bytes of the jobs' stored objects (checkpoints, rollout files) still kept, by the day they were written.
+    Bytes of the jobs' stored objects (checkpoints, rollout files) and of the Tinker checkpoints still kept, by the day they were written.
     """
 
 
@@ -710,7 +710,7 @@ class UsageRow(BaseModel):
     """
     storage_bytes: int = Field(..., title="Storage Bytes")
     """
-    Bytes of the jobs' stored objects (checkpoints, rollout files) still kept, by the day they were written.
+    Bytes of the jobs' stored objects (checkpoints, rollout files) and of the Tinker checkpoints still kept, by the day they were written.
     """
     job_id: str | None = Field(None, title="Job Id")
     """
