@@ -30,4 +30,19 @@ def summarize(samples: list[dict[str, Any]], samples_per_prompt: int, threshold:
         "prompts": len(groups),
         "completion_tokens": sum(int(s["length"]) for s in samples),
         "verifier_errors": sum(len(s["errors"]) for s in samples),
+        "best_reward": max(s["reward"] for s in samples),
+        "none_passed": _none_passed(samples, threshold),
     }
+
+
+def _none_passed(samples: list[dict[str, Any]], threshold: float) -> str | None:
+    """Why pass@k is 0 everywhere, when no sample passed: the threshold against the best reward
+    seen (a partial-credit verifier never reaches 1.0); None when some sample passed."""
+    best = max(s["reward"] for s in samples)
+    if best >= threshold:
+        return None
+    return (
+        f"no completion reached pass_threshold {threshold:g}: the best reward seen was "
+        f"{best:.3g}; with a verifier that gives partial credit, set pass_threshold to the "
+        "reward that counts as solved"
+    )

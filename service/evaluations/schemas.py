@@ -48,7 +48,11 @@ class EvaluationCreate(BaseModel):
         description="Completions per record (n of pass@k); pass@k is reported for k = 1 and each "
         "power of two up to it.",
     )
-    generation: GenerationParams = Field(default_factory=GenerationParams)
+    generation: GenerationParams | None = Field(
+        None,
+        description="Sampling settings; by default the job's own when `model` is a job's "
+        "checkpoint (or its fine-tuned model), else the engine's defaults.",
+    )
     pass_threshold: float = Field(
         1.0, allow_inf_nan=False, description="A sample passes when its reward is at least this."
     )
@@ -78,6 +82,12 @@ class EvaluationResults(BaseModel):
     prompts: int
     completion_tokens: int
     verifier_errors: int = Field(description="Scores that failed (each counted 0 in the reward).")
+    best_reward: float | None = Field(None, description="The highest reward of any sample.")
+    none_passed: str | None = Field(
+        None,
+        description="Set when no sample reached pass_threshold: why (the threshold against the "
+        "best reward seen).",
+    )
 
 
 class EvaluationUsage(BaseModel):

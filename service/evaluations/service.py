@@ -21,10 +21,11 @@ from service.http.wakeups import wake_evaluation_after_commit
 from service.jobs import budget, open_jobs
 from service.jobs.base_model import ResolvedBase, resolve_base
 from service.jobs.model_checks import check_queue
-from service.models import Dataset, Evaluation, EvaluationSample
+from service.models import Dataset, Evaluation, EvaluationSample, Job
 from service.models.base import utcnow
 from service.settings import Settings
 from service.verifiers.service import VERIFIERS
+from workers.grpo.config import GenerationParams
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,16 @@ def _check_size(
     return count, []
 
 
+def _generation(session: Session, body: EvaluationCreate, base: ResolvedBase) -> dict[str, Any]:
+    """The sampling settings: the body's, else the job's own for one of its checkpoints (the
+    settings it was trained to answer with), else the defaults."""
+    if body.generation is not None:
+        return body.generation.model_dump(mode="json")
+    job = session.get(Job, base.parent.job_id) if base.parent is not None else None
+    trained = job.spec.get("generation") if job is not None else None
+    return GenerationParams.model_validate(trained or {}).model_dump(mode="json")
+
+
 def validate(
     session: Session, settings: Settings, tenant_id: str, body: EvaluationCreate
 ) -> tuple[dict[str, Any], ResolvedBase]:
@@ -94,6 +105,7 @@ def validate(
     assert base is not None and dataset is not None
     spec = body.model_dump(mode="json")
     spec.update(
+        generation=_generation(session, body, base),
         dataset=dataset.id,
         verifiers=pinned,
         records=records,

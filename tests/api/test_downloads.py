@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 import httpx
 from sqlalchemy.orm import Session
@@ -20,11 +21,12 @@ from tests.e2e.services import RunningService
 
 
 def seed_checkpoint(
-    svc: RunningService, client: httpx.Client, data: bytes | int
+    svc: RunningService, client: httpx.Client, data: bytes | int, **job: Any
 ) -> tuple[str, str]:
-    """A job with a checkpoint at step 2, as a worker would leave it; data or a size (sparse)."""
+    """A job (`job`: its body's fields) with a checkpoint at step 2, as a worker would leave it;
+    data or a size (sparse)."""
     make_verifier(client)
-    job = make_job(client, make_dataset(client))
+    job = make_job(client, make_dataset(client), **job)
     settings = settings_of(svc)
     storage = open_storage_from_settings(settings)
     key = f"jobs/{job['id']}/checkpoints/step-2.tar"

@@ -131,3 +131,25 @@ def test_a_fine_tuned_model_is_its_final_checkpoint(api: RunningService) -> None
     make_verifier(stranger)
     theirs = _refusal(stranger, evaluation_body(make_dataset(stranger), model=name))
     assert error_paths_of(theirs) == ["$.model"] and "neither a catalog model" in theirs["detail"]
+
+
+def test_a_checkpoints_evaluation_samples_as_its_job_did(api: RunningService) -> None:
+    """No `generation` given: a job checkpoint is evaluated with the job's own settings (what it
+    was trained to answer with); a catalog model with the defaults; given ones are kept."""
+    client = tenant_client(api)
+    trained_with = {"max_new_tokens": 24, "temperature": 0.7}
+    job_id, _ = seed_checkpoint(api, client, b"tar", generation=trained_with)
+    ckpt_id = client.get(f"/v1/jobs/{job_id}/checkpoints").json()["data"][0]["id"]
+    job = client.get(f"/v1/jobs/{job_id}").json()
+    assert job["spec"]["generation"]["max_new_tokens"] == 24
+    dataset = job["spec"]["dataset"]
+    made = client.post("/v1/evaluations", json=evaluation_body(dataset, model=ckpt_id))
+    assert made.status_code == 201, made.text
+    assert made.json()["generation"] == job["spec"]["generation"]
+    base = client.post("/v1/evaluations", json=evaluation_body(dataset))
+    assert base.json()["generation"]["max_new_tokens"] == 256  # the engine's default
+    given = {"max_new_tokens": 7, "temperature": 0.5}
+    own = client.post("/v1/evaluations", json=evaluation_body(dataset, generation=given))
+    assert own.json()["generation"]["max_new_tokens"] == 7
+    for row in (made, base, own):
+        assert client.post(f"/v1/evaluations/{row.json()['id']}/cancel").status_code == 202

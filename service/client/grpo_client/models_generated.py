@@ -822,6 +822,14 @@ class EvaluationResults(BaseModel):
     """
     Scores that failed (each counted 0 in the reward).
     """
+    best_reward: float | None = Field(None, title="Best Reward")
+    """
+    The highest reward of any sample.
+    """
+    none_passed: str | None = Field(None, title="None Passed")
+    """
+    Set when no sample reached pass_threshold: why (the threshold against the best reward seen).
+    """
 
 
 EvalVerifiers = TypeAliasType(
