@@ -86,6 +86,7 @@ def event_view(event: JobEvent) -> FineTuningEventOut:
         level=_level(event),
         message=event.message,
         data=event.data or None,
+        type="metrics" if event.type == "metrics" else "message",
         event_type=event.type,
     )
 

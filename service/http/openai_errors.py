@@ -4,8 +4,8 @@ The official `openai` SDK turns a 4xx into its error classes by status alone
 (`openai.NotFoundError`, `BadRequestError`, ...), then reads `body["error"]` when there is one:
 `exc.body` is that object and `exc.code`, `exc.param`, `exc.type` come from it. So the problem
 stays a problem (RFC 9457 allows extension members) and carries `error: {message, type, param,
-code}` too, on the routes OpenAI clients call. Other routes keep their plain problems, whose
-`body` the SDK then hands over whole (the graders' tests read `body["errors"]` that way).
+code}` too, on the routes OpenAI clients call (the graders' included). Other routes keep their
+plain problems, whose `body` the SDK then hands over whole.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from __future__ import annotations
 from service.core.problems import PROBLEM_TYPE_ROOT, OpenAIError, Problem
 
 # Path prefixes whose errors carry OpenAI's body (the routes of service/files,
-# service/fine_tuning and service/inference).
+# service/fine_tuning, service/graders and service/inference).
 OPENAI_ERROR_PREFIXES = (
     "/v1/files",
     "/v1/fine_tuning/jobs",
+    "/v1/fine_tuning/alpha/graders",
     "/v1/chat/completions",
     "/v1/completions",
 )

@@ -108,11 +108,27 @@ def record_step(
 ) -> None:
     fence(session, job_id, epoch)
     session.merge(JobMetric(job_id=job_id, step=step, epoch=epoch, metrics=metrics))
-    session.execute(
+    job = session.execute(
         update(Job)
         .where(Job.id == job_id)
         .values(step=step, latest_metrics={"step": step, **metrics})
-    )
+        .returning(Job.fine_tuning, Job.total_steps)
+    ).one()
+    if job.fine_tuning is not None:  # OpenAI's clients read a step's metrics as an event
+        add_event(session, job_id, "metrics", *metrics_event(step, job.total_steps, metrics))
+
+
+def metrics_event(
+    step: int, total_steps: int, metrics: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """A step's `metrics` event of a fine-tuning job, as OpenAI's: the message and its data
+    (`step`, `total_steps`, `train_reward_mean`, `train_loss`, `valid_reward_mean`)."""
+    names = {"reward_mean": "train_reward_mean", "loss": "train_loss",
+             "eval_reward_mean": "valid_reward_mean"}  # fmt: skip
+    data: dict[str, Any] = {"step": step, "total_steps": total_steps}
+    data |= {theirs: metrics[ours] for ours, theirs in names.items() if ours in metrics}
+    shown = ", ".join(f"{k}={v:.4g}" for k, v in data.items() if k.startswith(("train", "valid")))
+    return f"Step {step}/{total_steps}: {shown}", data
 
 
 def record_checkpoint(

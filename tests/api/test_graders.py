@@ -71,9 +71,10 @@ def test_a_bad_grader_is_a_422_naming_the_field(
     ):
         with pytest.raises(openai.UnprocessableEntityError) as info:
             call()
-        body = info.value.body
-        assert isinstance(body, dict) and body["status"] == 422
-        assert any(e["path"] == path and message in e["message"] for e in body["errors"]), body
+        # OpenAI's error object, as its SDK reads it: `param` the field, `code`, `message`
+        error = info.value
+        assert error.param == path.removeprefix("$.") and error.type == "invalid_request_error"
+        assert error.code == "validation_error" and message in error.message, error.body
 
 
 def test_a_judges_unknown_model_is_a_422_and_a_bad_key_a_401(
@@ -83,7 +84,7 @@ def test_a_judges_unknown_model_is_a_422_and_a_bad_key_a_401(
              "input": [{"role": "user", "content": "{{sample.output_text}}"}]}  # fmt: skip
     with pytest.raises(openai.UnprocessableEntityError) as info:
         sdk.fine_tuning.alpha.graders.validate(grader=judge)  # type: ignore[arg-type]
-    assert info.value.body["errors"][0]["path"] == "$.grader.model"  # type: ignore[index]
+    assert info.value.param == "grader.model"
     stranger = OpenAI(base_url=f"{api.base_url}/v1", api_key="not-a-key", max_retries=0)
     with stranger, pytest.raises(openai.AuthenticationError):
         stranger.fine_tuning.alpha.graders.validate(grader=STRING_CHECK)  # type: ignore[arg-type]
@@ -169,5 +170,5 @@ def test_a_run_over_the_python_sandbox_cap_is_refused(sdk: OpenAI) -> None:
     multi = {"type": "multi", "name": "many", "graders": graders, "calculate_output": "p0"}
     with pytest.raises(openai.UnprocessableEntityError) as info:
         run(sdk, multi, '{"n": 1}', {"n": 1})
-    [error] = info.value.body["errors"]  # type: ignore[index]
-    assert error["path"] == "$.grader.graders" and "9 python sandboxes" in error["message"]
+    error = info.value
+    assert error.param == "grader.graders" and "9 python sandboxes" in error.message

@@ -305,6 +305,11 @@ def test_a_reinforcement_fine_tuning_job_trains_and_its_model_answers(
     assert done.fine_tuned_model == f"ft:tiny-chat:digits:{job.id.removeprefix('ftjob-')}"
     (ckpt, *_) = sdk.fine_tuning.jobs.checkpoints.list(job.id).data
     assert ckpt.step_number == 1 and "reward_mean" in ckpt.metrics.model_extra
+    metrics = [e for e in sdk.fine_tuning.jobs.list_events(job.id) if e.type == "metrics"]
+    assert len(metrics) == 1, metrics  # one a step, as OpenAI's
+    assert metrics[0].data["step"] == 1 and metrics[0].data["total_steps"] == 1
+    assert 0.0 <= metrics[0].data["train_reward_mean"] <= 1.0 and "train_loss" in metrics[0].data
+    assert metrics[0].message.startswith("Step 1/1: train_")
     assert done.fine_tuned_model in [m.id for m in sdk.models.list()]
     chat = sdk.chat.completions.create(
         model=done.fine_tuned_model,
