@@ -11,7 +11,7 @@ model's own forward (`backend.PagedBackend` is the reference backend with this s
 What it honours, and how:
 - temperature, top-k, top-p: transformers' logits warpers (top-k 1 is greedy); EOS and
   `max_new_tokens` by the manager. Stop strings after the decode: a row's end is the first step
-  at which its text holds a stop string, found as the reference loop finds it (`find_stops`);
+  at which its text holds a stop string, found as the reference loop finds it (`stops.BatchStops`);
   the tokens decoded after it are cut (continuous batching has no stop strings).
 - the sampler's log-probs: the manager's log of the sampled token's probability, which is
   log softmax(logits / T) when nothing filters the distribution. They are returned only then
@@ -50,7 +50,8 @@ from workers.grpo.config import GenerationParams
 from workers.grpo.draw import GREEDY_BELOW, RowSeeds, draw_base
 from workers.grpo.paged_support import paged_refusal
 from workers.grpo.sampling import Generation, assemble
-from workers.grpo.text import Prompt, encode_groups, find_stops, pad_id
+from workers.grpo.stops import BatchStops
+from workers.grpo.text import Prompt, encode_groups, pad_id
 
 # Attention implementations continuous batching runs (eager is switched to paged|eager).
 _ATTENTION = ("sdpa", "eager", "paged|eager")
@@ -259,9 +260,10 @@ def _ends(tokenizer: Any, tokens: Tensor, stops: list[str]) -> tuple[Tensor, lis
     is_eos = tokens == tokenizer.eos_token_id  # (N, T)
     if not stops:
         return is_eos.any(1), stop_len
+    scans = BatchStops(tokenizer, tokens.shape[0], stops)
     for t in range(tokens.shape[1]):
         ended |= is_eos[:, t]
-        find_stops(tokenizer, tokens[:, : t + 1], ended, stop_len, stops, t + 1)
+        scans.push(tokens[:, t], ended, stop_len, t + 1)
         if bool(ended.all()):
             break
     return ended, stop_len

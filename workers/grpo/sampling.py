@@ -41,7 +41,8 @@ from torch import Tensor
 from workers.grpo.config import GenerationParams
 from workers.grpo.draw import RowSeeds, RowSettings, draw, row_noise
 from workers.grpo.draw import inverse_cdf as inverse_cdf  # the kernel's, named here as before
-from workers.grpo.text import Prompt, cut_completions, encode_groups, find_stops, pad_id
+from workers.grpo.stops import BatchStops
+from workers.grpo.text import Prompt, cut_completions, encode_groups, pad_id
 
 
 @dataclass
@@ -177,6 +178,7 @@ class PlainSampler:
         positions = positions[:, -ids.shape[1] :]  # (N, S') the positions of the ids fed
         ended = torch.zeros(n, dtype=torch.bool, device=device)  # (N,)
         stop_len: list[int | None] = [None] * n
+        stops = BatchStops(self.tokenizer, n, params.stop) if params.stop else None
         tokens: list[Tensor] = []
         kept: list[Tensor] = []  # with `keep_logprobs`: each step's log-probs (N,)
         for t in range(params.max_new_tokens):
@@ -189,9 +191,8 @@ class PlainSampler:
             if logprob is not None:
                 kept.append(logprob)
             ended |= token == eos
-            if params.stop:
-                find_stops(self.tokenizer, torch.stack(tokens, 1), ended, stop_len, params.stop,
-                           t + 1)  # fmt: skip
+            if stops is not None:
+                stops.push(token, ended, stop_len, t + 1)
             if bool(ended.all()):
                 break
             ids = token.unsqueeze(1)  # (N, 1) the next forward feeds only the new token

@@ -1,5 +1,5 @@
 """Where a sampled row ends: at a stop token id, or once its text holds a stop string, found
-incrementally (Tinker's sampler and the inference server).
+incrementally (GRPO's decoders, Tinker's sampler and the inference server).
 
 `RowText` keeps a row's decoded text and extends it by the new tokens alone: each step decodes
 the tokens since the last emitted text with the token before them as context (a SentencePiece
@@ -111,3 +111,22 @@ class StopScan:
         if self.ended:
             return len(self.text())
         return max(0, len(self.row.text) - max(0, self.longest - 1))
+
+
+class BatchStops:
+    """The stop strings of a batch of N rows decoded together (GRPO's decoders): one `StopScan`
+    a row, each fed its new token step by step until its row ends."""
+
+    def __init__(self, tokenizer: Any, n: int, strings: Sequence[str]) -> None:
+        self.scans = [StopScan(tokenizer, (), strings) for _ in range(n)]
+
+    def push(self, tokens: Any, ended: Any, stop_len: list[int | None], t: int) -> None:
+        """Feed step `t`'s tokens (N,) to the rows not `ended` (N,) yet; a row whose text now
+        holds a stop string is marked ended, with `stop_len[i]` = t (its length in tokens)."""
+        going = (~ended).nonzero().flatten().tolist()
+        if not going:
+            return
+        step = tokens.tolist()  # one read of the device a step
+        for i in going:
+            if self.scans[i].push(step[i]):
+                ended[i], stop_len[i] = True, t

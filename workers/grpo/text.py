@@ -63,23 +63,6 @@ def encode_groups(
     return ids, mask.repeat_interleave(group_size, 0).to(device)  # (N, P), (N, P)
 
 
-def find_stops(
-    tokenizer: Any,
-    tokens: Tensor,
-    ended: Tensor,
-    stop_len: list[int | None],
-    stops: list[str],
-    t: int,
-) -> None:
-    """Mark rows whose completion text now contains a stop string (decoding a tail window of
-    `tokens` (N, t)): `ended[i]` set, `stop_len[i]` = t."""
-    window = 2 * max(len(s) for s in stops) + 4
-    for i in (~ended).nonzero().flatten().tolist():
-        text = tokenizer.decode(tokens[i, -window:], skip_special_tokens=True)
-        if any(s in text for s in stops):
-            ended[i], stop_len[i] = True, t
-
-
 def cut_completions(
     tokenizer: Any, tokens: Tensor, stop_len: list[int | None], stops: list[str]
 ) -> tuple[Tensor, Tensor, list[str], list[int]]:

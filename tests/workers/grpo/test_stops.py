@@ -92,3 +92,30 @@ def test_settled_text_holds_back_a_possible_stop_prefix() -> None:
     assert scan.text()[: scan.settled()] == "xy"
     scan.push(tokenizer.convert_tokens_to_ids("c"))
     assert scan.ended and scan.text() == "xy" and scan.settled() == 2
+
+
+def test_a_batch_ends_each_row_where_its_own_redecode_would() -> None:
+    """GRPO's decoders (`BatchStops`): rows of one batch, EOS marked by the decoder beforehand,
+    each row's stop step the one the whole-row re-decode finds (stop_len = that step + 1)."""
+    import torch
+
+    from workers.grpo.stops import BatchStops
+
+    tokenizer, rng = byte_tokenizer(), random.Random(1)
+    eos, stops = tokenizer.eos_token_id, ["b c", "é€"]
+    rows = []
+    for _ in range(16):
+        text = "".join(rng.choice(["a", "b", " ", "c", "é", "€"]) for _ in range(24))
+        rows.append(tokenizer(text, add_special_tokens=False)["input_ids"][:24])
+    width = max(map(len, rows))
+    batch = torch.tensor([r + [eos] * (width - len(r)) for r in rows])  # (N, T)
+    ended = torch.zeros(len(rows), dtype=torch.bool)
+    stop_len: list[int | None] = [None] * len(rows)
+    scans = BatchStops(tokenizer, len(rows), stops)
+    for t in range(width):
+        ended |= batch[:, t] == eos
+        scans.push(batch[:, t], ended, stop_len, t + 1)
+    for i, row in enumerate(rows):
+        step, _ = full_redecode(tokenizer, row, set(), stops, True)
+        assert stop_len[i] == (None if step is None else step + 1), (i, tokenizer.decode(row))
+    assert sum(s is not None for s in stop_len) >= 4

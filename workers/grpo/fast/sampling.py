@@ -41,7 +41,8 @@ from workers.grpo.sampling import (
     resumed_batch,
     settings_of,
 )
-from workers.grpo.text import Prompt, encode_groups, find_stops, pad_id
+from workers.grpo.stops import BatchStops
+from workers.grpo.text import Prompt, encode_groups, pad_id
 
 # Rows that have ended stop being decoded (the decoder drops them, cache rows included)
 # once those still going are at most this share of the rows decoded (read at the end checks).
@@ -273,6 +274,7 @@ class FastSampler:
         check_every = self.end_check_every or (1 if prompt_ids.device.type == "cpu" else 8)
         check_every = 1 if params.stop else check_every
         stop_len: list[int | None] = [None] * n
+        stops = BatchStops(self.tokenizer, n, params.stop) if params.stop else None
         out: list[Tensor] = []
         kept: list[Tensor] = []  # with `keep`: each step's log-probs (N,)
         live: Tensor | None = None  # (A,) the rows the decoder still decodes; None: all
@@ -283,9 +285,8 @@ class FastSampler:
             if logprob is not None:
                 kept.append(logprob)
             ended |= nxt == eos
-            if params.stop:
-                find_stops(self.tokenizer, torch.stack(out, 1), ended, stop_len, params.stop,
-                           t + 1)  # fmt: skip
+            if stops is not None:
+                stops.push(nxt, ended, stop_len, t + 1)
             if t + 1 == params.max_new_tokens:
                 break
             if (t + 1) % check_every == 0:
