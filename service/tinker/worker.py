@@ -3,8 +3,12 @@
 One process, one thread: it holds one `LoraHost` per catalog base model it was asked for
 (workers/tinker/host.py: the base loaded once, each run its own adapter and optimiser state) and
 runs one request at a time, in the order `futures.claim_next` gives (a tenant's requests oldest
-first, tenants in turn). Checkpoints go to the service's storage as one tar each; the rows that
-name them are written in the same transaction that finishes the request.
+first, tenants in turns weighted by their recent device-seconds). Checkpoints go to the
+service's storage as one tar each; the rows that name them are written in the same transaction
+that finishes the request.
+
+A forward, forward_backward or sample past GRPO_TINKER_REQUEST_TIMEOUT_S is stopped by the
+engine at its next micro-batch or decoding step (workers.tinker.types.Deadline) and fails.
 
 Each request is claimed under a lease (service/core/leases.py), renewed from a heartbeat thread
 while it runs (a big forward_backward can outlast many leases) and fenced when its outcome is
@@ -46,6 +50,7 @@ from service.storage import ObjectStorage, open_storage_from_settings
 from service.storage.archive import extract_tar, make_tar
 from service.tinker import futures
 from service.tinker.service import tinker_path
+from workers.tinker.types import Deadline, TimeLimitExceeded, TinkerInputError
 
 log = logging.getLogger("grpo.tinker")
 
@@ -74,7 +79,6 @@ class TinkerWorker:
         self.name = f"tinker@{socket.gethostname()}:{os.getpid()}"
         self.root = settings.data_path / "tinker"
         self.hosts: dict[str, Any] = {}  # base model name -> LoraHost
-        self.last_served: dict[str, float] = {}
         self.reaped_at = float("-inf")  # the last `fail_lapsed` pass (monotonic)
 
     def run(self, stop: threading.Event) -> None:
@@ -93,13 +97,13 @@ class TinkerWorker:
                 stop.wait(pause)
                 continue
             pause = 0.0
-            self.last_served[row.tenant_id] = time.monotonic()
             self.execute(row)
 
     def _claim(self) -> TinkerRequest | None:
         with session_scope() as session:
-            row = futures.claim_next(session, self.name, self.last_served,
-                                     lease_seconds=self.settings.lease_seconds)  # fmt: skip
+            row = futures.claim_next(session, self.name,
+                                     lease_seconds=self.settings.lease_seconds,
+                                     window_seconds=self.settings.tinker_fair_window_s)  # fmt: skip
             if row is not None:
                 session.expunge(row)
         return row
@@ -188,12 +192,13 @@ class TinkerWorker:
     def _outcome(
         self, row: TinkerRequest, after: list[Any]
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        from workers.tinker.types import TinkerInputError
-
         try:
             result = getattr(self, f"_{row.kind}")(row, after)
         except TinkerInputError as exc:
             return None, {"error": f"{exc.field}: {exc.message}", "category": "user"}
+        except TimeLimitExceeded as exc:  # the request's own size: the tenant's to change
+            return None, {"error": f"{row.kind} {exc} (GRPO_TINKER_REQUEST_TIMEOUT_S; send "
+                          "less a request)", "category": "user"}  # fmt: skip
         except RunLost as exc:
             return None, {"error": str(exc), "category": "server"}
         except Exception as exc:  # the worker keeps serving the other requests
@@ -292,7 +297,9 @@ class TinkerWorker:
         host = self._run(row)
         data = [_only(Datum, d) for d in row.payload["data"]]
         step = host.forward_backward if backward else host.forward
-        out = step(row.run_id, data, row.payload["loss_fn"], row.payload.get("loss_fn_config"))
+        p = row.payload
+        deadline = Deadline.after(self.settings.tinker_request_timeout_s)  # the host is loaded
+        out = step(row.run_id, data, p["loss_fn"], p.get("loss_fn_config"), deadline)
         return dataclasses.asdict(out)
 
     def _forward_backward(self, row: TinkerRequest, after: list[Any]) -> dict:
@@ -315,6 +322,7 @@ class TinkerWorker:
             p["num_samples"],
             _only(SamplingParams, p["params"]),
             prompt_logprobs=p["prompt_logprobs"],
+            deadline=Deadline.after(self.settings.tinker_request_timeout_s),
         )
         return dataclasses.asdict(result)
 
