@@ -6,7 +6,6 @@ temperature below the greedy floor samples greedily."""
 from __future__ import annotations
 
 import math
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,32 +13,17 @@ import pytest
 import tinker
 from tinker import types
 
-from tests.api.server import run_api
-from tests.e2e.conftest import PG, _psql
-from tests.e2e.services import TINY, RunningService, stop_all
-from tests.e2e.test_tinker_sdk import BATCH, client_for, datum, loss_of, start_worker
+from tests.e2e.services import TINY, RunningService
+from tests.e2e.test_tinker_sdk import BATCH, client_for, datum, loss_of
+from tests.e2e.tinker_services import tinker_service
 
 WAIT_S = 120  # a future the worker never finishes would hang the SDK: fail instead
 
 
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[RunningService]:
-    db = f"grpo_tinker_{secrets.token_hex(4)}"
-    _psql(f"CREATE DATABASE {db}")
-    env = {
-        "GRPO_DATABASE_URL": f"{PG}/{db}",
-        "GRPO_TINKER_LONG_POLL_S": "1",
-        "GRPO_TINKER_WORKER_POLL_S": "0.05",
-    }
-    try:
-        with run_api(env, tmp_path_factory.mktemp("tinker-pg"), tiny_model_dir) as api:
-            api.procs.append(start_worker(api))
-            try:
-                yield api
-            finally:
-                stop_all(api.procs[1:], timeout=20)
-    finally:
-        _psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+    with tinker_service(tmp_path_factory.mktemp("tinker-pg"), tiny_model_dir, {}) as api:
+        yield api
 
 
 def worker_alive(svc: RunningService) -> bool:

@@ -9,7 +9,6 @@ back exactly."""
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -23,10 +22,9 @@ import tinker
 from sqlalchemy import create_engine, text
 from tinker import types
 
-from tests.api.server import run_api
-from tests.e2e.conftest import PG, _psql
-from tests.e2e.services import TINY, RunningService, stop_all
+from tests.e2e.services import TINY, RunningService
 from tests.e2e.test_tinker_sdk import ADAM, BATCH, client_for, datum, loss_of, start_worker
+from tests.e2e.tinker_services import tinker_service
 
 LEASE_S, HEARTBEAT_S, RECONCILE_S = 2.0, 0.25, 0.5
 WAIT_S = 120  # a future nobody finishes would hang the SDK: fail instead
@@ -46,30 +44,15 @@ RECONCILER = (
 def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[RunningService]:
     """procs: the API, the tinker worker, the reconciler's loop (`grpo-service worker` runs it
     beside its Celery worker; here alone)."""
-    db = f"grpo_tinker_lease_{secrets.token_hex(4)}"
-    _psql(f"CREATE DATABASE {db}")
-    env = {
-        "GRPO_DATABASE_URL": f"{PG}/{db}",
-        "GRPO_TINKER_LONG_POLL_S": "1",
-        "GRPO_TINKER_WORKER_POLL_S": "0.05",
-        "GRPO_LEASE_SECONDS": str(LEASE_S),
-        "GRPO_HEARTBEAT_SECONDS": str(HEARTBEAT_S),
-        "GRPO_RECONCILE_SECONDS": str(RECONCILE_S),
-    }
-    try:
-        with run_api(env, tmp_path_factory.mktemp("tinker-lease"), tiny_model_dir) as api:
-            api.procs.append(start_worker(api))
-            reconciler = [sys.executable, "-c", RECONCILER]
-            with (api.log_dir / "reconciler.log").open("wb") as log:
-                api.procs.append(
-                    subprocess.Popen(reconciler, env=api.env, stdout=log, stderr=subprocess.STDOUT)
-                )
-            try:
-                yield api
-            finally:
-                stop_all(api.procs[1:], timeout=20)
-    finally:
-        _psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+    leases = {"GRPO_LEASE_SECONDS": str(LEASE_S), "GRPO_HEARTBEAT_SECONDS": str(HEARTBEAT_S),
+              "GRPO_RECONCILE_SECONDS": str(RECONCILE_S)}  # fmt: skip
+    with tinker_service(tmp_path_factory.mktemp("tinker-lease"), tiny_model_dir, leases) as api:
+        reconciler = [sys.executable, "-c", RECONCILER]
+        with (api.log_dir / "reconciler.log").open("wb") as log:
+            api.procs.append(
+                subprocess.Popen(reconciler, env=api.env, stdout=log, stderr=subprocess.STDOUT)
+            )
+        yield api
 
 
 def requests_of(svc: RunningService, tenant: str) -> list[dict[str, Any]]:
