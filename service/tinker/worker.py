@@ -80,6 +80,7 @@ class TinkerWorker:
         self.root = settings.data_path / "tinker"
         self.hosts: dict[str, Any] = {}  # base model name -> LoraHost
         self.reaped_at = float("-inf")  # the last `fail_lapsed` pass (monotonic)
+        self.loading_s = 0.0  # of the request running: loading a base model, not its own work
 
     def run(self, stop: threading.Event) -> None:
         """Until `stop`. Nothing a request does ends the loop: a request's failure fails that
@@ -126,11 +127,12 @@ class TinkerWorker:
         """Runs the request and records its outcome; never raises. An outcome that cannot be
         stored (whatever the reason) fails the request with a server error instead; one whose
         lease was lost is not stored at all (the request was failed for it)."""
-        started = time.monotonic()
+        started, self.loading_s = time.monotonic(), 0.0
         after: list[Any] = []  # rows to write with the outcome
         with self._renewing(row):
             result, error = self._outcome(row, after)
-            seconds = time.monotonic() - started
+            # the tenant's device-seconds (usage, and its turns): a base model's load is not
+            seconds = time.monotonic() - started - self.loading_s
             try:
                 self._record(row, result, error, after, seconds)
             except LeaseLost:
@@ -243,6 +245,7 @@ class TinkerWorker:
     def _host(self, base_model: str) -> Any:
         host = self.hosts.get(base_model)
         if host is None:
+            loading = time.monotonic()
             import torch
 
             from service.training.weights import model_path
@@ -260,6 +263,7 @@ class TinkerWorker:
             host = LoraHost(weights, device=self.device, state_dir=state,
                             max_resident_runs=self.settings.tinker_max_resident_runs)  # fmt: skip
             self.hosts[base_model] = host
+            self.loading_s += time.monotonic() - loading
         return host
 
     def _run(self, row: TinkerRequest) -> Any:
