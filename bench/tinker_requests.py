@@ -22,6 +22,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -49,6 +51,25 @@ def start(data: Path, port: int) -> tuple[dict[str, str], list[subprocess.Popen[
             pass
         time.sleep(0.3)
     raise RuntimeError("the API did not start")
+
+
+@contextmanager
+def serving(tenants: int) -> Iterator[tuple[str, list[str]]]:
+    """The API and a tinker worker on a fresh data directory with the tiny model as `tiny`:
+    their base URL and one key per tenant (`bench-0`, `bench-1`...)."""
+    from workers.grpo.tiny_model import make_tiny_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = make_tiny_model(Path(tmp) / "tiny", seed=0)
+        port = 18000 + os.getpid() % 1000
+        env, procs = start(Path(tmp) / "data", port)
+        try:
+            yield f"http://127.0.0.1:{port}", setup(env, model, tenants)
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(timeout=30)
 
 
 def setup(env: dict[str, str], model: Path, tenants: int) -> list[str]:
@@ -128,24 +149,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     args = parser.parse_args()
     counts = [int(n) for n in args.runs.split(",")]
-    from workers.grpo.tiny_model import make_tiny_model
-
-    with tempfile.TemporaryDirectory() as tmp:
-        model = make_tiny_model(Path(tmp) / "tiny", seed=0)
-        port = 18000 + os.getpid() % 1000
-        env, procs = start(Path(tmp) / "data", port)
-        try:
-            keys = setup(env, model, max(counts))
-            for n in counts:
-                row = drive(f"http://127.0.0.1:{port}", keys[:n], args.steps, args.tokens,
-                            args.batch)  # fmt: skip
-                print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                               for k, v in row.items()), flush=True)  # fmt: skip
-        finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                p.wait(timeout=30)
+    with serving(max(counts)) as (base_url, keys):
+        for n in counts:
+            row = drive(base_url, keys[:n], args.steps, args.tokens, args.batch)
+            print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in row.items()), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ LEASE_LAPSED = {
 class TinkerRequest(Base):
     """One Tinker request (a future, the SDK's `request_id`): queued by the API, claimed and
     executed by a tinker worker (`grpo-service tinker-worker`), read back by retrieve_future.
-    `seq` orders the queue: a tenant's requests run oldest first, tenants take turns.
+    `seq` orders the queue: a tenant's requests run oldest first, tenants take turns weighted
+    by their recent `device_seconds`.
 
     Claimed under a lease as a job is (service/core/leases.py): `epoch` the claim's fencing
     token, `lease_until` renewed by the worker while the request runs. A request whose lease
@@ -27,6 +28,8 @@ class TinkerRequest(Base):
     __table_args__ = (
         Index("ix_tinker_requests_status_seq", "status", "seq"),
         Index("ix_tinker_requests_tenant_id", "tenant_id"),
+        # the claim's cost of a tenant's recent requests (service/tinker/futures.claim_next)
+        Index("ix_tinker_requests_tenant_id_finished_at", "tenant_id", "finished_at"),
     )
 
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

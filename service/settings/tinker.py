@@ -47,3 +47,34 @@ class TinkerSettings(BaseModel):
         description="How long the sampler weights of save_weights_and_get_sampling_client (no "
         "name: the SDK calls them ephemeral) are kept before they expire and are deleted.",
     )
+    # What one request may ask of the worker (docs/tinker.md, "Limits and turns"): checked at
+    # submission (413), and advertised to the SDK, which splits a bigger forward_backward into
+    # requests within them. A tenant's small request waits behind at most one such request of
+    # another tenant's, so these bound that wait.
+    tinker_max_data_per_request: int = Field(
+        1024, ge=1, description="Data in one forward or forward_backward request."
+    )
+    tinker_max_tokens_per_datum: int = Field(
+        32768,
+        ge=1,
+        description="Tokens of one datum (and of one sample's prompt plus max_tokens); the "
+        "model's context bounds it too.",
+    )
+    tinker_max_tokens_per_request: int = Field(
+        32768,
+        ge=1,
+        description="Tokens of one request: its data's together, or a sample's num_samples x "
+        "(prompt + max_tokens).",
+    )
+    tinker_request_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="Engine time of one forward, forward_backward or sample: past it the request "
+        "is stopped at its next micro-batch or decoding step and fails, the run as before it.",
+    )
+    tinker_fair_window_s: float = Field(
+        600.0,
+        gt=0,
+        description="The recent past whose device-seconds order the tenants' turns: the tenant "
+        "that has used the least in it goes first.",
+    )

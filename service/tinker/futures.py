@@ -3,9 +3,13 @@ claims and executes it (`claim_next`, `finish`), retrieve_future reads it back (
 
 Order and fairness: a tenant's requests run oldest first (one at a time, so a run's requests
 run in the order the SDK sent them: it sends the next only once the previous was accepted);
-tenants take turns, the one served longest ago first. A claim is one conditional UPDATE on the
-status it leaves (`queued`), so two workers never both take a request, on PostgreSQL as on
-SQLite, with no lock held between the read and the claim.
+tenants take turns weighted by cost: the next turn is the tenant's whose requests took the
+fewest device-seconds lately (GRPO_TINKER_FAIR_WINDOW_S), so a tenant of small requests does not
+wait behind a queue of another's big ones, only behind the one running (which the caps of
+service/tinker/caps.py and GRPO_TINKER_REQUEST_TIMEOUT_S bound). A claim is one conditional
+UPDATE on the status it leaves (`queued`), its choice a subquery of the same statement, so two
+workers never both take a request, on PostgreSQL as on SQLite, with no lock held between a read
+and the claim.
 
 Leases: a claim takes a lease of `lease_seconds` (epoch 1: a request is claimed once), the
 worker renews it while the request runs and fences its outcome on it (service/core/leases.py).
@@ -23,10 +27,9 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from service.core import leases
-from service.core.db import rows_matched
 from service.core.ids import new_id
 from service.jobs.budget import refuse_over_budget
 from service.models import CatalogModel, TinkerRequest, TinkerRun
@@ -139,48 +142,55 @@ def check_sample(
 def claim_next(
     session: Session,
     worker: str,
-    last_served: Mapping[str, float],
     bases: Collection[str] | None = None,
     *,
     lease_seconds: float,
+    window_seconds: float,
 ) -> TinkerRequest | None:
-    """The next request for this worker, claimed under a lease of `lease_seconds`, or None:
-    the oldest queued request of the tenant served longest ago, among tenants with nothing
-    running (a tenant's requests one at a time)."""
-    queued = select(TinkerRequest.tenant_id, func.min(TinkerRequest.seq)).where(
-        TinkerRequest.status == "queued"
-    )
+    """The next request for this worker, claimed under a lease of `lease_seconds`, or None.
+
+    One conditional UPDATE, its choice a subquery: among tenants with nothing running (a
+    tenant's requests one at a time), the oldest queued request of the tenant whose requests
+    finished in the last `window_seconds` took the fewest device-seconds (ties: the oldest).
+    Two workers that pick the same request: the status condition lets one have it, the other
+    finds nothing this time and looks again."""
+    head, busy, spent = (aliased(TinkerRequest, name=n) for n in ("head", "busy", "spent"))
+    heads = select(head.tenant_id, func.min(head.seq).label("seq")).where(head.status == "queued")
     if bases is not None:
-        queued = queued.where(TinkerRequest.base_model.in_(list(bases)))
-    heads = session.execute(queued.group_by(TinkerRequest.tenant_id)).tuples().all()
-    if not heads:  # an idle worker's look: one query
-        return None
-    busy = set(
-        session.scalars(
-            select(TinkerRequest.tenant_id).where(TinkerRequest.status == "running").distinct()
+        heads = heads.where(head.base_model.in_(list(bases)))
+    tenants = heads.group_by(head.tenant_id).subquery("heads")
+    now = utcnow()
+    cost = (
+        select(func.coalesce(func.sum(spent.device_seconds), 0.0))
+        .where(
+            spent.tenant_id == tenants.c.tenant_id,
+            spent.finished_at >= now - timedelta(seconds=window_seconds),
         )
+        .scalar_subquery()
     )
-    for tenant_id, seq in sorted(heads, key=lambda h: (last_served.get(h[0], 0.0), h[1])):
-        if tenant_id in busy:
-            continue
-        now = utcnow()
-        claimed = rows_matched(
-            session.execute(
-                update(TinkerRequest)
-                .where(TinkerRequest.seq == seq, TinkerRequest.status == "queued")
-                .values(
-                    status="running",
-                    started_at=now,
-                    worker=worker,
-                    epoch=TinkerRequest.epoch + 1,
-                    lease_until=now + timedelta(seconds=lease_seconds),
-                )
-                .execution_options(synchronize_session=False)
-            )
+    running = select(busy.seq).where(busy.tenant_id == tenants.c.tenant_id,
+                                     busy.status == "running")  # fmt: skip
+    turn = (
+        select(tenants.c.seq)
+        .where(~running.exists())
+        .order_by(cost, tenants.c.seq)
+        .limit(1)
+        .scalar_subquery()
+    )
+    seq = session.scalar(
+        update(TinkerRequest)
+        .where(TinkerRequest.seq == turn, TinkerRequest.status == "queued")
+        .values(
+            status="running",
+            started_at=now,
+            worker=worker,
+            epoch=TinkerRequest.epoch + 1,
+            lease_until=now + timedelta(seconds=lease_seconds),
         )
-        if claimed:
-            return session.get(TinkerRequest, seq, populate_existing=True)
-    return None
+        .returning(TinkerRequest.seq)
+        .execution_options(synchronize_session=False)
+    )
+    return None if seq is None else session.get(TinkerRequest, seq, populate_existing=True)
 
 
 def finish(

@@ -16,7 +16,8 @@ from service.core.problems import ProblemError
 from service.http.content_disposition import attachment
 from service.http.deps import SessionDep, SettingsDep, StorageDep, authenticate
 from service.jobs.service import lineage_in_use
-from service.tinker import checkpoints, futures, polling, schemas, service, wire
+from service.settings import Settings
+from service.tinker import caps, checkpoints, futures, polling, schemas, service, wire
 from service.tinker.service import bad_request
 
 # Out of our OpenAPI document: the contract is the SDK's (docs/tinker.md), and the document
@@ -26,7 +27,8 @@ PROTOBUF = "application/x-protobuf"
 KEY_PREFIX = "tml-"
 # The SDK's defaults that this server changes (tinker.types.ClientConfigResponse): plain httpx,
 # a forward_backward's chunks one after another (a run's requests in order), no pause on a 402
-# (a budget does not refill while the client waits), no server-side custom losses.
+# (a budget does not refill while the client waits), no server-side custom losses; and the
+# forward_backward chunks within the request caps (caps.sdk_chunking).
 CLIENT_CONFIG = {
     "use_pyqwest_transport": False,
     "parallel_fwdbwd_chunks": False,
@@ -66,8 +68,10 @@ async def healthz() -> dict[str, str]:
 
 
 @router.post("/client/config")
-async def client_config(body: schemas.ClientConfigIn, tenant: TenantDep) -> dict[str, Any]:
-    return CLIENT_CONFIG
+async def client_config(
+    body: schemas.ClientConfigIn, tenant: TenantDep, settings: SettingsDep
+) -> dict[str, Any]:
+    return CLIENT_CONFIG | caps.sdk_chunking(settings)
 
 
 @router.post("/client/dynamic_config")
@@ -122,7 +126,9 @@ def get_info(body: schemas.ModelIdIn, tenant: TenantDep, db: SessionDep) -> dict
 
 
 @router.post("/forward_backward")
-async def forward_backward(request: Request, tenant: TenantDep, db: SessionDep):
+async def forward_backward(
+    request: Request, tenant: TenantDep, db: SessionDep, settings: SettingsDep
+):
     """A protobuf ForwardBackwardRequest (service/tinker/wire.py); `forward_only` makes it the
     SDK's `forward`."""
     if PROTOBUF not in request.headers.get("content-type", ""):
@@ -133,11 +139,14 @@ async def forward_backward(request: Request, tenant: TenantDep, db: SessionDep):
         body = wire.decode_forward_backward(await request.body())
     except wire.WireError as exc:
         raise bad_request(exc.field, exc.message) from None
-    return await run_in_threadpool(_queue_forward_backward, db, tenant, body)
+    return await run_in_threadpool(_queue_forward_backward, db, tenant, body, settings)
 
 
-def _queue_forward_backward(db: Any, tenant: str, body: dict[str, Any]) -> schemas.UntypedFuture:
+def _queue_forward_backward(
+    db: Any, tenant: str, body: dict[str, Any], settings: Settings
+) -> schemas.UntypedFuture:
     run = service.live_run(db, tenant, body["model_id"])
+    caps.check_data(body["data"], settings)
     futures.check_forward_backward(body, service.catalog_model(db, run.base_model))
     kind = "forward" if body["forward_only"] else "forward_backward"
     payload = {k: body[k] for k in ("loss_fn", "loss_fn_config", "data")}
@@ -236,7 +245,7 @@ def get_sampler(sampler_id: str, tenant: TenantDep, db: SessionDep) -> dict[str,
 
 
 @router.post("/asample")
-def asample(body: schemas.SampleIn, tenant: TenantDep, db: SessionDep):
+def asample(body: schemas.SampleIn, tenant: TenantDep, db: SessionDep, settings: SettingsDep):
     if body.topk_prompt_logprobs or body.topk_sample_logprobs or body.prompt_alt_tokens_k:
         raise bad_request("topk_prompt_logprobs", "top-k log-probs are not supported")
     if body.sampling_session_id:
@@ -257,6 +266,7 @@ def asample(body: schemas.SampleIn, tenant: TenantDep, db: SessionDep):
         prompt.extend(chunk.tokens)
     params = body.sampling_params
     futures.check_sample(prompt, body.num_samples, params, model)
+    caps.check_sample(len(prompt), body.num_samples, params.max_tokens or 0, settings)
     stop = [params.stop] if isinstance(params.stop, str) else params.stop
     payload = {
         "prompt": prompt,

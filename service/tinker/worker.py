@@ -3,8 +3,12 @@
 One process, one thread: it holds one `LoraHost` per catalog base model it was asked for
 (workers/tinker/host.py: the base loaded once, each run its own adapter and optimiser state) and
 runs one request at a time, in the order `futures.claim_next` gives (a tenant's requests oldest
-first, tenants in turn). Checkpoints go to the service's storage as one tar each; the rows that
-name them are written in the same transaction that finishes the request.
+first, tenants in turns weighted by their recent device-seconds). Checkpoints go to the
+service's storage as one tar each; the rows that name them are written in the same transaction
+that finishes the request.
+
+A forward, forward_backward or sample past GRPO_TINKER_REQUEST_TIMEOUT_S is stopped by the
+engine at its next micro-batch or decoding step (workers.tinker.types.Deadline) and fails.
 
 Each request is claimed under a lease (service/core/leases.py), renewed from a heartbeat thread
 while it runs (a big forward_backward can outlast many leases) and fenced when its outcome is
@@ -47,6 +51,7 @@ from service.storage import ObjectStorage, open_storage_from_settings
 from service.storage.archive import extract_tar
 from service.tinker import checkpoints, futures
 from service.tinker.service import tinker_path
+from workers.tinker.types import Deadline, TimeLimitExceeded, TinkerInputError
 
 if TYPE_CHECKING:
     from workers.tinker.host import LoraHost
@@ -85,8 +90,8 @@ class TinkerWorker:
         self.name = f"tinker@{socket.gethostname()}:{os.getpid()}"
         self.root = settings.data_path / "tinker"
         self.hosts: dict[str, LoraHost] = {}  # base model name -> its host
-        self.last_served: dict[str, float] = {}
         self.reaped_at = float("-inf")  # the last of `_passes` (monotonic)
+        self.loading_s = 0.0  # of the request running: loading a base model, not its own work
 
     def run(self, stop: threading.Event) -> None:
         """Until `stop`. Nothing a request does ends the loop: a request's failure fails that
@@ -104,13 +109,13 @@ class TinkerWorker:
                 stop.wait(pause)
                 continue
             pause = 0.0
-            self.last_served[row.tenant_id] = time.monotonic()
             self.execute(row)
 
     def _claim(self) -> TinkerRequest | None:
         with session_scope() as session:
-            row = futures.claim_next(session, self.name, self.last_served,
-                                     lease_seconds=self.settings.lease_seconds)  # fmt: skip
+            row = futures.claim_next(session, self.name,
+                                     lease_seconds=self.settings.lease_seconds,
+                                     window_seconds=self.settings.tinker_fair_window_s)  # fmt: skip
             if row is not None:
                 session.expunge(row)
         return row
@@ -135,11 +140,12 @@ class TinkerWorker:
         """Runs the request and records its outcome; never raises. An outcome that cannot be
         stored (whatever the reason) fails the request with a server error instead; one whose
         lease was lost is not stored at all (the request was failed for it)."""
-        started = time.monotonic()
+        started, self.loading_s = time.monotonic(), 0.0
         after: list[Any] = []  # rows to write with the outcome
         with self._renewing(row):
             result, error = self._outcome(row, after)
-            seconds = time.monotonic() - started
+            # the tenant's device-seconds (usage, and its turns): a base model's load is not
+            seconds = time.monotonic() - started - self.loading_s
             try:
                 replaced = self._record(row, result, error, after, seconds)
             except LeaseLost:
@@ -205,7 +211,6 @@ class TinkerWorker:
     def _outcome(
         self, row: TinkerRequest, after: list[Any]
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        from workers.tinker.types import TinkerInputError
 
         handler = HANDLERS.get(row.kind)
         if handler is None:  # an API newer than this worker: the request fails, not the worker
@@ -216,6 +221,9 @@ class TinkerWorker:
             result = handler(self, row, after)
         except TinkerInputError as exc:
             return None, {"error": f"{exc.field}: {exc.message}", "category": "user"}
+        except TimeLimitExceeded as exc:  # the request's own size: the tenant's to change
+            return None, {"error": f"{row.kind} {exc} (GRPO_TINKER_REQUEST_TIMEOUT_S; send "
+                          "less a request)", "category": "user"}  # fmt: skip
         except RunLost as exc:
             return None, {"error": str(exc), "category": "server"}
         except Exception as exc:  # the worker keeps serving the other requests
@@ -264,6 +272,7 @@ class TinkerWorker:
     def _host(self, base_model: str) -> LoraHost:
         host = self.hosts.get(base_model)
         if host is None:
+            loading = time.monotonic()
             import torch
 
             from service.training.weights import model_path
@@ -281,6 +290,7 @@ class TinkerWorker:
             host = LoraHost(weights, device=self.device, state_dir=state,
                             max_resident_runs=self.settings.tinker_max_resident_runs)  # fmt: skip
             self.hosts[base_model] = host
+            self.loading_s += time.monotonic() - loading
         return host
 
     def _run(self, row: TinkerRequest) -> LoraHost:
@@ -320,7 +330,9 @@ class TinkerWorker:
         host = self._run(row)
         data = [_only(Datum, d) for d in row.payload["data"]]
         step = host.forward_backward if backward else host.forward
-        out = step(_run_id(row), data, row.payload["loss_fn"], row.payload.get("loss_fn_config"))
+        p = row.payload
+        deadline = Deadline.after(self.settings.tinker_request_timeout_s)  # the host is loaded
+        out = step(_run_id(row), data, p["loss_fn"], p.get("loss_fn_config"), deadline)
         return dataclasses.asdict(out)
 
     def _forward_backward(self, row: TinkerRequest, after: list[Any]) -> dict[str, Any]:
@@ -343,6 +355,7 @@ class TinkerWorker:
             p["num_samples"],
             _only(SamplingParams, p["params"]),
             prompt_logprobs=p["prompt_logprobs"],
+            deadline=Deadline.after(self.settings.tinker_request_timeout_s),
         )
         return dataclasses.asdict(result)
 

@@ -23,7 +23,8 @@ from tinker import types
 from service.models import TinkerCheckpoint
 from service.storage import ObjectStorage, open_storage_from_settings
 from tests.e2e.services import TINY, RunningService
-from tests.e2e.test_tinker_sdk import client_for, on_postgres
+from tests.e2e.test_tinker_sdk import client_for
+from tests.e2e.tinker_services import tinker_service
 
 # A rank-2 checkpoint of the tiny model is ~160 kB: a handful fit, a rank-32 one (~2.2 MB) not.
 CAP = 1_000_000
@@ -36,7 +37,7 @@ def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Itera
         "GRPO_MAX_TINKER_BYTES_PER_TENANT": str(CAP),
         "GRPO_RECONCILE_SECONDS": "0.5",  # the tinker worker's expiry pass
     }
-    with on_postgres(tmp_path_factory, tiny_model_dir, "tinker-ckpt", env) as api:
+    with tinker_service(tmp_path_factory.mktemp("tinker-ckpt"), tiny_model_dir, env) as api:
         yield api
 
 

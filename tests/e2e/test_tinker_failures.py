@@ -14,14 +14,15 @@ import tinker
 from tinker import types
 
 from tests.e2e.services import TINY, RunningService
-from tests.e2e.test_tinker_sdk import BATCH, client_for, datum, loss_of, on_postgres
+from tests.e2e.test_tinker_sdk import BATCH, client_for, datum, loss_of
+from tests.e2e.tinker_services import tinker_service
 
 WAIT_S = 120  # a future the worker never finishes would hang the SDK: fail instead
 
 
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[RunningService]:
-    with on_postgres(tmp_path_factory, tiny_model_dir, "tinker", {}) as api:
+    with tinker_service(tmp_path_factory.mktemp("tinker-pg"), tiny_model_dir, {}) as api:
         yield api
 
 

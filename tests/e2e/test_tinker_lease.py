@@ -23,15 +23,8 @@ from sqlalchemy import create_engine, text
 from tinker import types
 
 from tests.e2e.services import TINY, RunningService
-from tests.e2e.test_tinker_sdk import (
-    ADAM,
-    BATCH,
-    client_for,
-    datum,
-    loss_of,
-    on_postgres,
-    start_worker,
-)
+from tests.e2e.test_tinker_sdk import ADAM, BATCH, client_for, datum, loss_of, start_worker
+from tests.e2e.tinker_services import tinker_service
 
 LEASE_S, HEARTBEAT_S, RECONCILE_S = 2.0, 0.25, 0.5
 WAIT_S = 120  # a future nobody finishes would hang the SDK: fail instead
@@ -51,12 +44,9 @@ RECONCILER = (
 def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[RunningService]:
     """procs: the API, the tinker worker, the reconciler's loop (`grpo-service worker` runs it
     beside its Celery worker; here alone)."""
-    env = {
-        "GRPO_LEASE_SECONDS": str(LEASE_S),
-        "GRPO_HEARTBEAT_SECONDS": str(HEARTBEAT_S),
-        "GRPO_RECONCILE_SECONDS": str(RECONCILE_S),
-    }
-    with on_postgres(tmp_path_factory, tiny_model_dir, "tinker-lease", env) as api:
+    leases = {"GRPO_LEASE_SECONDS": str(LEASE_S), "GRPO_HEARTBEAT_SECONDS": str(HEARTBEAT_S),
+              "GRPO_RECONCILE_SECONDS": str(RECONCILE_S)}  # fmt: skip
+    with tinker_service(tmp_path_factory.mktemp("tinker-lease"), tiny_model_dir, leases) as api:
         reconciler = [sys.executable, "-c", RECONCILER]
         with (api.log_dir / "reconciler.log").open("wb") as log:
             api.procs.append(

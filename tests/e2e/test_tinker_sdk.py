@@ -4,12 +4,10 @@ them with `base_url` and a `tml-` key of ours."""
 
 from __future__ import annotations
 
-import secrets
 import subprocess
 import tarfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from io import BytesIO
 from pathlib import Path
 
@@ -21,7 +19,6 @@ from tinker import types
 
 from service.supervisor import serve_command
 from tests.api.server import run_api
-from tests.e2e.conftest import PG, _psql
 from tests.e2e.services import TINY, RunningService, _spawn, free_port, stop_all
 from tests.ui.browser import PageWait, browser, console_errors, wait_for
 
@@ -55,28 +52,6 @@ def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Itera
 def start_worker(api: RunningService) -> subprocess.Popen[bytes]:
     log = api.log_dir / f"tinker-worker-{len(api.procs)}.log"
     return _spawn(["tinker-worker", "--device", "cpu"], api.env, log)
-
-
-@contextmanager
-def on_postgres(
-    tmp_path_factory: pytest.TempPathFactory, model: Path, name: str, env: dict[str, str]
-) -> Iterator[RunningService]:
-    """The API on a PostgreSQL database of its own (whose json refuses NaN and Infinity) and a
-    tinker worker, with `env` beside the short polls; more processes appended to `procs` stop
-    with them."""
-    db = f"grpo_{name.replace('-', '_')}_{secrets.token_hex(4)}"
-    _psql(f"CREATE DATABASE {db}")
-    env = {"GRPO_DATABASE_URL": f"{PG}/{db}", "GRPO_TINKER_LONG_POLL_S": "1",
-           "GRPO_TINKER_WORKER_POLL_S": "0.05", **env}  # fmt: skip
-    try:
-        with run_api(env, tmp_path_factory.mktemp(name), model) as api:
-            api.procs.append(start_worker(api))
-            try:
-                yield api
-            finally:
-                stop_all(api.procs[1:], timeout=20)
-    finally:
-        _psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
 
 
 def client_for(svc: RunningService, tenant: str) -> tinker.ServiceClient:

@@ -26,25 +26,27 @@ from safetensors.torch import load_file, save_file
 
 from workers.grpo.draw import fresh_base
 from workers.grpo.logprobs import token_logprobs
-from workers.losses.terms import LOSSES
+from workers.losses.terms import LOSSES, LossFn
 from workers.models.loading import load_pretrained
 from workers.models.lora import linear_layers
 from workers.tinker import validation as check
 from workers.tinker.adapters import AdapterStack, peft_config
+from workers.tinker.batches import micro_batches
 from workers.tinker.finite import NotFinite, Snapshot, finite, grads
 from workers.tinker.sampler import Draw, StopRule, sample_sequences
 from workers.tinker.types import (
     AdamParams,
     Datum,
+    Deadline,
     ForwardResult,
     LoraConfig,
     SampleResult,
     SamplingParams,
+    TimeLimitExceeded,
     TinkerInputError,
 )
 
 MAX_SAMPLER_ADAPTERS = 4  # sampler-weights directories kept loaded (reloaded when dropped)
-LOGITS_BUDGET = 2**28  # logits of one forward (1 GiB in fp32): larger batches go in chunks
 
 
 @dataclass
@@ -122,15 +124,26 @@ class LoraHost:
     # training
 
     def forward(
-        self, run_id: str, data: list[Datum], loss_fn: str, loss_fn_config: dict | None = None
+        self,
+        run_id: str,
+        data: list[Datum],
+        loss_fn: str,
+        loss_fn_config: dict | None = None,
+        deadline: Deadline | None = None,
     ) -> ForwardResult:
-        return self._loss_pass(run_id, data, loss_fn, loss_fn_config, train=False)
+        return self._loss_pass(run_id, data, loss_fn, loss_fn_config, False, deadline)
 
     def forward_backward(
-        self, run_id: str, data: list[Datum], loss_fn: str, loss_fn_config: dict | None = None
+        self,
+        run_id: str,
+        data: list[Datum],
+        loss_fn: str,
+        loss_fn_config: dict | None = None,
+        deadline: Deadline | None = None,
     ) -> ForwardResult:
-        """Adds this batch's gradients to the run's (summed until `optim_step`)."""
-        return self._loss_pass(run_id, data, loss_fn, loss_fn_config, train=True)
+        """Adds this batch's gradients to the run's (summed until `optim_step`). Past
+        `deadline` it stops at the next micro-batch and takes its gradients back."""
+        return self._loss_pass(run_id, data, loss_fn, loss_fn_config, True, deadline)
 
     def optim_step(self, run_id: str, adam: AdamParams) -> dict[str, float]:
         """One AdamW step (decoupled weight decay) on the run's summed gradients, then zero them.
@@ -166,10 +179,17 @@ class LoraHost:
                 "step": float(run.steps)}  # fmt: skip
 
     def _loss_pass(
-        self, run_id: str, data: list[Datum], loss_fn: str, config: dict | None, train: bool
+        self,
+        run_id: str,
+        data: list[Datum],
+        loss_fn: str,
+        config: dict | None,
+        train: bool,
+        deadline: Deadline | None,
     ) -> ForwardResult:
-        """A loss, log-prob or gradient that is not finite refuses the whole batch: its
-        gradients are taken back, so the run stays as it was before the request."""
+        """A loss, log-prob or gradient that is not finite refuses the whole batch, and a pass
+        past its deadline stops at the next micro-batch: either way its gradients are taken
+        back, so the run stays as it was before the request."""
         spec, cfg = check.check_loss(loss_fn, config)
         check.check_data(data, spec, self.limits)
         # target_tokens pick the log-probs; the term reads the datum's other inputs as tensors
@@ -177,21 +197,22 @@ class LoraHost:
         run = self._load(run_id)
         params = self.adapters.parameters(run.name)
         before = Snapshot(params) if train else None
-        outputs, total, ok = [], 0.0, True
-        with self.adapters.active(run.name), torch.set_grad_enabled(train):
-            for chunk in self._chunks(data):  # the loss is a sum: each chunk's backward adds up
-                chunk_loss = torch.zeros((), device=self.model.device)
-                for datum, lp in zip(chunk, self._target_logprobs(chunk), strict=True):
-                    inputs = {k: torch.tensor(v, dtype=torch.float32, device=lp.device)
-                              for k, v in datum.loss_fn_inputs.items() if k in tensors}  # fmt: skip
-                    elementwise = term(lp, inputs, cfg)  # (T,)
-                    chunk_loss = chunk_loss + elementwise.sum()
-                    ok = ok and finite([lp, elementwise])
-                    outputs.append({"logprobs": lp.detach().tolist(),
-                                    "elementwise_loss": elementwise.detach().tolist()})  # fmt: skip
-                if train:
-                    chunk_loss.backward()
-                total += float(chunk_loss.detach())
+        chunks = micro_batches(data, self.limits.vocab_size)
+        outputs: list[dict[str, list[float]]] = []
+        total, ok = 0.0, True
+        try:
+            with self.adapters.active(run.name), torch.set_grad_enabled(train):
+                for done, chunk in enumerate(chunks):  # the loss is a sum: backwards add up
+                    if deadline is not None:
+                        deadline.check(done, len(chunks), "micro-batches")
+                    loss, finite_chunk = self._micro_batch(chunk, term, tensors, cfg, outputs)
+                    if train:
+                        loss.backward()
+                    total, ok = total + float(loss.detach()), ok and finite_chunk
+        except TimeLimitExceeded:
+            if before is not None:
+                before.restore(params)
+            raise
         if not (ok and math.isfinite(total) and (not train or finite(grads(params)))):
             if before is not None:
                 before.restore(params)
@@ -203,22 +224,27 @@ class LoraHost:
             )
         return ForwardResult(outputs, {"loss:sum": total})
 
-    def _chunks(self, data: list[Datum]) -> list[list[Datum]]:
-        """Consecutive data whose padded logits (rows x longest x vocabulary) stay under
-        LOGITS_BUDGET elements: a large vocabulary's logits are most of a pass's memory."""
-        chunks: list[list[Datum]] = [[]]
-        width = 0
-        for datum in data:
-            wider = max(width, len(datum.tokens))
-            if (
-                chunks[-1]
-                and (len(chunks[-1]) + 1) * wider * self.limits.vocab_size > LOGITS_BUDGET
-            ):
-                chunks.append([])
-                wider = len(datum.tokens)
-            chunks[-1].append(datum)
-            width = wider
-        return chunks
+    def _micro_batch(
+        self,
+        chunk: list[Datum],
+        term: LossFn,
+        tensors: set[str],
+        cfg: dict[str, float],
+        outputs: list[dict[str, list[float]]],
+    ) -> tuple[torch.Tensor, bool]:
+        """The micro-batch's summed loss () and whether its values are finite; each datum's
+        log-probs and elementwise loss appended to `outputs`."""
+        loss = torch.zeros((), device=self.model.device)
+        ok = True
+        for datum, lp in zip(chunk, self._target_logprobs(chunk), strict=True):
+            inputs = {k: torch.tensor(v, dtype=torch.float32, device=lp.device)
+                      for k, v in datum.loss_fn_inputs.items() if k in tensors}  # fmt: skip
+            elementwise = term(lp, inputs, cfg)  # (T,)
+            loss = loss + elementwise.sum()
+            ok = ok and finite([lp, elementwise])
+            outputs.append({"logprobs": lp.detach().tolist(),
+                            "elementwise_loss": elementwise.detach().tolist()})  # fmt: skip
+        return loss, ok
 
     def _target_logprobs(self, data: list[Datum]) -> list[torch.Tensor]:
         """log pi(target_tokens[t] | tokens[:t + 1]) (T_i,) per datum, under the active adapter.
@@ -243,9 +269,11 @@ class LoraHost:
         num_samples: int,
         params: SamplingParams,
         prompt_logprobs: bool = False,
+        deadline: Deadline | None = None,
     ) -> SampleResult:
         """`weights`: a run id (its adapter now), a directory `save_for_sampler` wrote (or any
-        peft LoRA adapter of this base), or None (the base model)."""
+        peft LoRA adapter of this base), or None (the base model). Past `deadline` it stops
+        at the next decoding step."""
         steps = check.check_sample(prompt, num_samples, params, self.limits)
         ids, strings = check.stop_rule(params.stop, self.tokenizer.eos_token_id, self.limits)
         rule = StopRule(frozenset(ids), tuple(strings))
@@ -253,7 +281,8 @@ class LoraHost:
         draw = Draw(params.temperature, params.top_k, params.top_p)
         with self.adapters.active(self._sampling_adapter(weights)):
             seqs, first = sample_sequences(self.model, self.tokenizer, prompt, num_samples, draw,
-                                           steps, rule, seed, prompt_logprobs)  # fmt: skip
+                                           steps, rule, seed, prompt_logprobs,
+                                           deadline)  # fmt: skip
         kept = [lp for seq in seqs for lp in seq.logprobs] + [
             lp for lp in first or [] if lp is not None
         ]

@@ -22,7 +22,7 @@ from workers.grpo.draw import RowSeeds, RowSettings, draw, row_noise
 from workers.grpo.logprobs import token_logprobs
 from workers.grpo.sampling import cache_keyword
 from workers.grpo.stops import StopScan
-from workers.tinker.types import SampledSequence
+from workers.tinker.types import Deadline, SampledSequence
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,11 @@ def sample_sequences(
     rule: StopRule,
     seed: int,
     with_prompt_logprobs: bool = False,
+    deadline: Deadline | None = None,
 ) -> tuple[list[SampledSequence], list[float | None] | None]:
     """The sequences and, if asked, log pi(prompt[i] | prompt[:i]) at T = 1 (None for the
-    first token: nothing predicts it), from the one prefill."""
+    first token: nothing predicts it), from the one prefill. Past `deadline`, stopped before
+    the next decoding step (TimeLimitExceeded)."""
     device, kw = model.device, cache_keyword(model)
     rows = RowSettings.uniform(settings.temperature, settings.top_k, settings.top_p,
                                num_samples, device)  # fmt: skip
@@ -65,6 +67,8 @@ def sample_sequences(
     # stop strings are matched on the text with special tokens, as decode(row) gives it
     scans = [StopScan(tokenizer, rule.token_ids, rule.strings, False) for _ in tokens]
     for t in range(steps):
+        if deadline is not None:
+            deadline.check(t, steps, "decoding steps")
         token, logprob = draw(logits, rows, noise[:, t], keep=True)  # (N,), (N,)
         for i, (tok, lp) in enumerate(zip(token.tolist(), logprob.tolist(), strict=True)):
             if not scans[i].ended:

@@ -8,6 +8,7 @@ SDK's (`AdamParams`, `SamplingParams`, `LoraConfig`).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -24,6 +25,33 @@ class TinkerInputError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+class TimeLimitExceeded(RuntimeError):
+    """A request ran past its time limit and was stopped at a step boundary (`Deadline`); what
+    it had changed of its run is put back."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a request must stop: the engine calls `check` between its steps (a micro-batch of
+    a forward / forward_backward, a decoding step of a sample), so a request past its time is
+    stopped there, not run to its end. `at`: a time.monotonic() value."""
+
+    at: float
+    seconds: float  # the limit, for the message
+
+    @classmethod
+    def after(cls, seconds: float) -> Deadline:
+        return cls(time.monotonic() + seconds, seconds)
+
+    def check(self, done: int, steps: int, unit: str) -> None:
+        """Before step `done` of `steps` (0-based): TimeLimitExceeded once past the time."""
+        if time.monotonic() >= self.at:
+            raise TimeLimitExceeded(
+                f"stopped after {done} of {steps} {unit}, past its time limit of "
+                f"{self.seconds:g} s: nothing it computed was kept"
+            )
 
 
 @dataclass

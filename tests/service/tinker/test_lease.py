@@ -48,7 +48,7 @@ def submit(sessions: sessionmaker[Session], tenant: str, kind: str = "optim_step
 
 def claim(sessions: sessionmaker[Session], name: str, lease_s: float = 60) -> TinkerRequest:
     with sessions.begin() as db:
-        row = futures.claim_next(db, name, {}, lease_seconds=lease_s)
+        row = futures.claim_next(db, name, lease_seconds=lease_s, window_seconds=600)
         assert row is not None
         db.expunge(row)
     return row
@@ -104,7 +104,7 @@ def test_a_lapsed_request_is_failed_naming_the_lease_and_never_run_again(
     assert failed_for_the_lease(reload(sessions, lapsed))
     assert reload(sessions, live).status == "running"  # a live lease is left alone
     with sessions.begin() as db:  # not queued again: no worker runs it a second time
-        assert futures.claim_next(db, "tinker@new", {}, lease_seconds=60) is None
+        assert futures.claim_next(db, "tinker@new", lease_seconds=60, window_seconds=600) is None
         assert futures.fail_lapsed(db) == 0
         futures.finish(db, live.seq, result={"ok": True})
 

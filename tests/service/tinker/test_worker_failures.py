@@ -28,7 +28,7 @@ def worker(db_url: str, tmp_path: Path) -> Iterator[TinkerWorker]:
 
 def claim(sessions: sessionmaker[Session], worker: TinkerWorker) -> TinkerRequest:
     with sessions.begin() as db:
-        row = futures.claim_next(db, worker.name, {}, lease_seconds=60)
+        row = futures.claim_next(db, worker.name, lease_seconds=60, window_seconds=600)
         assert row is not None
         db.expunge(row)
     return row

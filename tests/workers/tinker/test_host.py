@@ -172,7 +172,7 @@ def test_eviction_and_reload_keep_results_exact(make_host, tmp_path: Path) -> No
 
 
 def test_chunked_batches_give_the_whole_batch_loss_and_gradients(make_host, monkeypatch) -> None:  # noqa: ANN001
-    import workers.tinker.host as host_module
+    from workers.tinker import batches
 
     host = make_host()
     host.create_run("a", LoraConfig(rank=4))
@@ -182,8 +182,9 @@ def test_chunked_batches_give_the_whole_batch_loss_and_gradients(make_host, monk
     grads = [p.grad.clone() for p in params]
     for p in params:
         p.grad = None
-    monkeypatch.setattr(host_module, "LOGITS_BUDGET", 1)  # one datum a chunk
-    assert [len(c) for c in host._chunks(sft_batch(host))] == [1, 1, 1]
+    monkeypatch.setattr(batches, "LOGITS_BUDGET", 1)  # one datum a chunk
+    vocab = host.limits.vocab_size
+    assert [len(c) for c in batches.micro_batches(sft_batch(host), vocab)] == [1, 1, 1]
     split = host.forward_backward("a", sft_batch(host), "cross_entropy")
     assert split.metrics["loss:sum"] == pytest.approx(whole.metrics["loss:sum"], abs=1e-4)
     for a, b in zip(split.loss_fn_outputs, whole.loss_fn_outputs, strict=True):
