@@ -17,7 +17,7 @@ from service.http.content_disposition import attachment
 from service.http.deps import SessionDep, SettingsDep, StorageDep, authenticate
 from service.jobs.service import lineage_in_use
 from service.settings import Settings
-from service.tinker import caps, checkpoints, futures, polling, schemas, service, wire
+from service.tinker import caps, checkpoints, futures, history, polling, schemas, service, wire
 from service.tinker.service import bad_request
 
 # Out of our OpenAPI document: the contract is the SDK's (docs/tinker.md), and the document
@@ -308,6 +308,12 @@ def training_run(run_id: str, tenant: TenantDep, db: SessionDep) -> schemas.Trai
 @router.get("/training_runs/{run_id}/checkpoints")
 def run_checkpoints(run_id: str, tenant: TenantDep, db: SessionDep) -> schemas.CheckpointsList:
     return service.list_checkpoints(db, service.get_run(db, tenant, run_id))
+
+
+@router.get("/training_runs/{run_id}/loss")
+def run_loss(run_id: str, tenant: TenantDep, db: SessionDep) -> dict[str, Any]:
+    """Ours, for the dashboard: the loss of each forward pass of the run (`history.py`)."""
+    return {"data": history.loss_history(db, service.get_run(db, tenant, run_id))}
 
 
 @router.get("/training_runs/{run_id}/checkpoints/{kind}/{name}/archive")

@@ -15,6 +15,7 @@ import httpx
 import pytest
 import tinker
 from selenium import webdriver
+from selenium.webdriver.common.by import By
 from tinker import types
 
 from service.supervisor import serve_command
@@ -340,6 +341,8 @@ def test_the_dashboard_lists_runs_and_checkpoints(
     alice: tinker.ServiceClient, svc: RunningService, browser: webdriver.Chrome
 ) -> None:
     trainer = alice.create_lora_training_client(base_model=TINY, rank=2).result()
+    for _ in range(2):  # two points of the loss curve
+        trainer.forward_backward(BATCH, "cross_entropy").result()
     path = trainer.save_weights_for_sampler("shown").result().path
     browser.get(f"{svc.base_url}/ui/tinker")
     key = alice.holder._api_key.removeprefix("tml-")
@@ -348,7 +351,15 @@ def test_the_dashboard_lists_runs_and_checkpoints(
     row = wait_for(browser, f"#tinker-runs tr[data-run-id='{trainer.model_id}']")
     PageWait(browser, 20).until(lambda d: path in row.text)
     assert TINY in row.text and "sampler" in row.text
+    curve = wait_for(browser, f"tr[data-run-id='{trainer.model_id}'] .loss-chart polyline")
+    assert curve.get_attribute("data-points") == "2"
+    button = row.find_element(By.CSS_SELECTOR, "button.download")
+    button.click()  # the archive, fetched with the key: its size once saved
+    PageWait(browser, 20).until(lambda d: button.get_attribute("data-bytes"))
+    assert int(button.get_attribute("data-bytes")) > 10_000
     assert console_errors(browser) == []
+    with svc.client(svc.new_key("tinker-stranger")) as stranger:  # as missing to another tenant
+        assert stranger.get(f"/api/v1/training_runs/{trainer.model_id}/loss").status_code == 404
 
 
 def test_a_restarted_worker_never_resets_a_trained_run(

@@ -113,3 +113,27 @@ function smoothingControl(onChange) {
   input.addEventListener("input", () => { update(); onChange(Number(input.value)); });
   return () => Number(input.value);
 }
+
+/* Fetches `path` with the key (a link cannot carry it) and saves it as `filename`; `button`
+   says what is going on meanwhile. */
+async function saveDownload(path, filename, button) {
+  button.disabled = true;
+  button.textContent = "Downloading…";
+  try {
+    const blob = await (await api(path)).blob();
+    const url = URL.createObjectURL(blob);
+    const a = document.createElement("a");
+    a.href = url;
+    a.download = filename;
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+    button.textContent = "Download";
+    button.dataset.bytes = String(blob.size);
+  } catch (err) {
+    button.textContent = `Failed: ${err.message}`;
+  } finally {
+    button.disabled = false;
+  }
+}

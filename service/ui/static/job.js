@@ -134,26 +134,11 @@ async function jobPage(jobId) {
     }
   }
 
-  async function download(ckpt, button) {
-    button.disabled = true;
-    button.textContent = "Downloading…";
-    try {
-      const blob = await (await api(`${base}/checkpoints/${ckpt.step}/download`)).blob();
-      const url = URL.createObjectURL(blob);
-      const a = document.createElement("a");
-      a.href = url;
-      a.download = `${jobId}-step-${ckpt.step}.tar`;
-      document.body.appendChild(a);
-      a.click();
-      a.remove();
-      setTimeout(() => URL.revokeObjectURL(url), 60000);
-      button.textContent = "Download";
-    } catch (err) {
-      button.textContent = `Failed: ${err.message}`;
-    } finally {
-      button.disabled = false;
-    }
+  function download(ckpt, button) {
+    return saveDownload(`${base}/checkpoints/${ckpt.step}/download`,
+      `${jobId}-step-${ckpt.step}.tar`, button);
   }
+
 
   $("job-cancel").onclick = async () => {
     if (!current || !confirm(`Cancel job ${jobLabel(current)}? A running job stops at its next step.`)) return;

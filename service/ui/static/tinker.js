@@ -1,5 +1,6 @@
 /* Tinker runs (/ui/tinker): the tenant's training runs from /api/v1/training_runs (the Tinker
-   API also takes the dashboard's Bearer key), each with its checkpoints' tinker:// paths. */
+   API also takes the dashboard's Bearer key), each with its loss curve (one point a forward
+   pass, /api/v1/training_runs/{id}/loss) and its checkpoints' tinker:// paths and downloads. */
 "use strict";
 
 async function tinkerPage() {
@@ -14,13 +15,24 @@ async function tinkerPage() {
     cell(row, run.base_model);
     cell(row, run.lora_rank, "num");
     cell(row, when(run.last_request_time));
+    const runPath = `/api/v1/training_runs/${encodeURIComponent(run.training_run_id)}`;
     const list = node("ul", "", "checkpoints");
-    const found = await getJson(
-      `/api/v1/training_runs/${encodeURIComponent(run.training_run_id)}/checkpoints`);
+    const found = await getJson(`${runPath}/checkpoints`);
     for (const c of found.checkpoints) {
-      list.appendChild(node("li", `${c.tinker_path} (${c.checkpoint_type}, ${bytes(c.size_bytes)})`));
+      const item = node("li", `${c.tinker_path} (${c.checkpoint_type}, ${bytes(c.size_bytes)}) `);
+      const button = node("button", "Download", "download");
+      const name = c.tinker_path.split("/").pop();
+      button.onclick = () => saveDownload(`${runPath}/checkpoints/${c.checkpoint_id}/archive`,
+        `${run.training_run_id}-${name}.tar`, button);
+      item.appendChild(button);
+      list.appendChild(item);
     }
     cell(row, found.checkpoints.length ? list : "none");
+    const losses = (await getJson(`${runPath}/loss`)).data;
+    const chart = node("div", "", "loss-chart");
+    cell(row, chart);
+    GrpoCharts.line(chart, [{key: "loss", label: "loss", points: losses.map((p) => [p.n, p.loss])}],
+      {title: "loss:sum by forward pass", emptyText: "no forward pass yet"});
   }
 
   async function load() {
