@@ -30,6 +30,7 @@ from service.http.wakeups import wake_ups
 from service.http.whoami import router as whoami_router
 from service.inference.router import router as inference_router
 from service.jobs.control import router as job_control_router
+from service.jobs.router import estimate_router
 from service.jobs.router import router as jobs_router
 from service.preflight.router import router as preflight_router
 from service.rollouts.dataset_router import router as rollouts_datasets_router
@@ -114,7 +115,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         files_router,  # before fine_tuning_router (tests/api/test_tenancy.py walks them so)
         fine_tuning_router,
         preflight_router,  # before jobs_router: its paths are under /v1/jobs
-        usage_router,  # before jobs_router: POST /v1/jobs/estimate
+        usage_router,
+        estimate_router,  # before jobs_router: POST /v1/jobs/estimate
         jobs_router,
         job_control_router,
         rollouts_router,

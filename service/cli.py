@@ -103,7 +103,7 @@ def worker(
     ] = None,
 ) -> None:
     """Run a Celery training worker (one job at a time) and the reconciler."""
-    from service.jobs.worker_registry import registered
+    from service.queues.worker_registry import registered
     from service.settings import get_settings
     from service.worker import device_classes
     from workers.observability import cleanup_metrics, serve_metrics
@@ -144,7 +144,7 @@ def up(
     """Embedded mode: migrate, then run the API, one worker, the inference backend and the
     Tinker worker together until Ctrl-C/SIGTERM."""
     from service.core.migrate import upgrade
-    from service.jobs.worker_registry import registered
+    from service.queues.worker_registry import registered
     from service.settings import get_settings
 
     settings = get_settings()

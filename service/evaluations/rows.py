@@ -14,7 +14,7 @@
 Device time is metered per claim, in the transition that ends it (`finish`, whoever calls it:
 the run, or the pool process once it killed the run): the seconds from the claim to the outcome.
 A claim whose worker died (its lease expired) counts nothing: when it stopped is unknown. A
-claim still running counts up to now in the tenant's budget (`service.jobs.budget`), so that
+claim still running counts up to now in the tenant's budget (`service.usage.budget`), so that
 the budget holds while an evaluation runs.
 """
 

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from service.catalog.base_model import ResolvedBase, resolve_base
 from service.catalog.fine_tuned import PREFIX as FINE_TUNED_PREFIX
 from service.catalog.fine_tuned import find_fine_tuned
 from service.core.ids import new_id
@@ -18,12 +19,12 @@ from service.datasets.service import find_dataset_by_reference
 from service.evaluations import rows
 from service.evaluations.schemas import EvaluationCreate
 from service.http.wakeups import wake_evaluation_after_commit
-from service.jobs import budget, open_jobs
-from service.jobs.base_model import ResolvedBase, resolve_base
+from service.jobs import open_jobs
 from service.jobs.model_checks import check_queue
 from service.models import Dataset, Evaluation, EvaluationSample, Job
 from service.models.base import utcnow
 from service.settings import Settings
+from service.usage import budget
 from service.verifiers.service import VERIFIERS
 from workers.grpo.config import GenerationParams
 

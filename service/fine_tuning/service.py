@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.catalog.base_model import CHECKPOINT_PREFIX
 from service.catalog.fine_tuned import PREFIX as FINE_TUNED_PREFIX
 from service.catalog.fine_tuned import find_fine_tuned
 from service.catalog.service import find_model, find_tenant_checkpoint
@@ -29,7 +30,6 @@ from service.fine_tuning.grader_fields import item_fields, missing_fields
 from service.fine_tuning.schemas import FineTuningJobCreate, ReinforcementMethod
 from service.graders.service import validate_grader
 from service.jobs import service as jobs
-from service.jobs.base_model import CHECKPOINT_PREFIX
 from service.jobs.schemas import JobCreate
 from service.models import Dataset, Job
 from service.registry.service import config_sha256

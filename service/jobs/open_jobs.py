@@ -14,7 +14,7 @@ follows the lock sees every job committed by the submission that held it before.
 no row locks: a no-op `UPDATE` of the tenant row takes the database's write lock (which the
 job's insert already holds), and every other writer waits for it (`busy_timeout`).
 
-The lock also reads the tenant's device-hour budget (`service.jobs.budget`), so that a
+The lock also reads the tenant's device-hour budget (`service.usage.budget`), so that a
 submission spends no statement of its own on it. On PostgreSQL the lock and the count go to the
 server together in one round trip (psycopg's pipeline mode): the server runs the count the
 moment it grants the lock, and the lock is held for one answer's trip back and the COMMIT

@@ -1,6 +1,8 @@
 """Pausing a job and resuming it: the transitions `queued -> paused`, `running -> pausing ->
 paused` (at the run's next step boundary, through its checkpoint) and `paused -> queued`, with
-the same fencing as the rest of the lifecycle (service/jobs/lifecycle.py; docs/lifecycle.md)."""
+the same fencing as the rest of the lifecycle (service/jobs/lifecycle.py; docs/lifecycle.md).
+A tenant at or over its device-hour budget (`service.usage.budget`) has its running jobs
+paused here too."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from sqlalchemy.orm import Session
 from service.jobs.lifecycle import WrongStatus, add_event
 from service.models import Job
 from service.models.base import utcnow
+from service.usage.budget import budget_state
 
 
 def request_pause(
@@ -37,6 +40,16 @@ def request_pause(
                       {**(data or {}), "status": after, "reason": reason})  # fmt: skip
             return True
     return False
+
+
+def pause_if_over_budget(session: Session, job_id: str, tenant_id: str) -> bool:
+    """At a step boundary, once the step's usage is recorded: a running job of a tenant at or
+    over its budget is asked to pause (it checkpoints at its next boundary and stops)."""
+    state = budget_state(session, tenant_id)
+    if state is None or not state.exhausted:
+        return False
+    reason = f"device-hour budget exhausted ({state.describe()})"
+    return request_pause(session, job_id, reason, {"budget": state.as_dict()})
 
 
 def pause_attempt(session: Session, job_id: str, epoch: int, step: int | None = None) -> bool:

@@ -20,10 +20,12 @@ from service.http.openapi import problems
 from service.jobs import service
 from service.jobs.deps import check_open_jobs
 from service.jobs.downloads import download_response
+from service.jobs.estimate import estimate_job as estimate_spec
 from service.jobs.events import stream_events
 from service.jobs.schemas import (
     CheckpointOut,
     CheckpointsPage,
+    EstimateOut,
     EventOut,
     EventsPage,
     JobCreate,
@@ -39,6 +41,23 @@ router = APIRouter(
     route_class=IdempotentRoute,
     responses=problems(400, 401, 422, 500),
 )
+# `POST /v1/jobs/estimate` (docs/usage.md) stores nothing, so it is no idempotent route; app.py
+# mounts it before `router`.
+estimate_router = APIRouter(responses=problems(400, 401, 422, 500))
+
+
+@estimate_router.post("/v1/jobs/estimate", response_model=EstimateOut, tags=["jobs"])
+def estimate_job(
+    body: JobCreate,
+    session: SessionDep,
+    tenant: TenantDep,
+    storage: StorageDep,
+    settings: SettingsDep,
+) -> EstimateOut:
+    """The device-seconds and tokens this job spec would take (the body of `POST /v1/jobs`,
+    checked as it is; nothing is stored), from your last job or pre-flight on the same model,
+    else from the model's size."""
+    return estimate_spec(session, storage, settings, tenant, body)
 
 
 def load_job(job_id: str, session: SessionDep, tenant: TenantDep) -> Job:

@@ -267,3 +267,39 @@ class CheckpointOut(BaseModel):
 
 class CheckpointsPage(BaseModel):
     data: list[CheckpointOut]
+
+
+EstimateBasis = Literal["job", "preflight", "model_size"]
+
+
+class EstimateOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "device_seconds": 5400.0,
+                    "completion_tokens": 819200,
+                    "trained_tokens": 1228800,
+                    "flops": 2.7e17,
+                    "device_flops": 5e13,
+                    "basis": "job",
+                    "basis_id": "job_0641a2b3c4d5e6f7a8b9c0d1e2",
+                }
+            ]
+        }
+    )
+
+    device_seconds: float = Field(description="Device-seconds the job would take.")
+    completion_tokens: int = Field(description="Completion tokens it would sample.")
+    trained_tokens: int = Field(description="Tokens through its training passes.")
+    flops: float = Field(
+        description="Its FLOPs: 2·params per sampled token, 6·params per trained token, "
+        "2·params per trained token of one pass for the reference model (beta > 0)."
+    )
+    device_flops: float = Field(description="The FLOP/s per device the seconds assume.")
+    basis: EstimateBasis = Field(
+        description="`job`: the throughput and completion lengths your last finished job on "
+        "this model measured; `preflight`: your last pre-flight on this model; `model_size`: "
+        "the model's size and the queue's configured FLOP/s, completions at max_new_tokens."
+    )
+    basis_id: str | None = Field(None, description="The job or pre-flight it is based on.")

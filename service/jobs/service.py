@@ -9,14 +9,14 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from service.catalog.base_model import ResolvedBase, resolve_base
 from service.core.db import after_commit, before_commit, rows_matched
 from service.core.ids import new_id
 from service.core.problems import FieldError, conflict, invalid, not_found
 from service.datasets.service import find_dataset_by_reference
 from service.environments.service import ENVIRONMENTS
 from service.http.wakeups import wake_job_after_commit
-from service.jobs import budget, lifecycle, model_checks, open_jobs, pausing, worker_registry
-from service.jobs.base_model import ResolvedBase, resolve_base
+from service.jobs import lifecycle, model_checks, open_jobs, pausing, queue_checks
 from service.jobs.schemas import JobCreate, VerifierRef
 from service.jobs.tracker_checks import check_trackers
 from service.models import (
@@ -27,8 +27,10 @@ from service.models import (
     JobEvent,
     JobMetric,
 )
+from service.queues import worker_registry
 from service.settings import Settings
 from service.storage import ObjectStorage
+from service.usage import budget
 from service.verifiers.limits import Resolved, check_sandbox_caps
 from service.verifiers.service import VERIFIERS
 from workers.grpo.memory import MemoryEstimate
@@ -114,7 +116,7 @@ def validate_submission(
     environment, environment_errors = _pin_environment(session, tenant_id, body)
     errors += verifier_errors + eval_errors + environment_errors
     errors += model_checks.check_queue(body, settings)
-    errors += worker_registry.check_devices(session, body, settings)
+    errors += queue_checks.check_devices(session, body, settings)
     errors += check_trackers(session, tenant_id, body, settings)
     errors += check_sandbox_caps(
         session,
@@ -177,7 +179,7 @@ def create_job(
     unserved = worker_registry.queue_capacity(session, job.queue, settings) is None
     lifecycle.create(session, job, flush=False)
     if unserved:
-        worker_registry.add_no_worker_event(session, job)
+        queue_checks.add_no_worker_event(session, job)
     session.flush()  # the job and its events in one flush
     before_commit(session, lambda: _take_open_job_place(session, tenant_id, settings))
     wake_job_after_commit(session, job.id, body.queue, job.devices)

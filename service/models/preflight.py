@@ -26,7 +26,7 @@ class Preflight(Base):
     memory_estimate: Mapped[dict | None] = mapped_column(default=None)
     result: Mapped[dict | None] = mapped_column(default=None)
     error: Mapped[dict | None] = mapped_column(default=None)
-    # Claimed under a lease, as an evaluation (`service.jobs.preflight_rows`).
+    # Claimed under a lease, as an evaluation (`service.preflight.rows`).
     epoch: Mapped[int] = mapped_column(Integer, default=0)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     lease_until: Mapped[datetime | None] = mapped_column(default=None)

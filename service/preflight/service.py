@@ -17,12 +17,13 @@ from service.core.db import session_scope
 from service.core.ids import new_id
 from service.core.problems import not_found, too_many
 from service.http.wakeups import wake_preflight
-from service.jobs import budget, preflight_rows
 from service.jobs.schemas import JobCreate
 from service.jobs.service import validate_submission
 from service.models import PREFLIGHT_FINAL, Preflight
+from service.preflight import rows
 from service.settings import Settings
 from service.storage import ObjectStorage
+from service.usage import budget
 
 log = logging.getLogger(__name__)
 POLL_MAX_S = 1.0
@@ -35,7 +36,7 @@ def submit(
 
     The row is committed here, not at the end of the request: the worker must see it while
     this request still waits for its outcome."""
-    if preflight_rows.count_open(session, tenant_id, settings) >= settings.preflight_max_open:
+    if rows.count_open(session, tenant_id, settings) >= settings.preflight_max_open:
         limit = settings.preflight_max_open
         raise too_many(f"{limit} pre-flights of this tenant are already under way", 5)
     submission = validate_submission(session, storage, settings, tenant_id, body)
@@ -64,7 +65,7 @@ def get_preflight(
     )
     if row is None:
         raise not_found("preflight", preflight_id)
-    preflight_rows.expire_overdue(session, row, settings)
+    rows.expire_overdue(session, row, settings)
     return row
 
 

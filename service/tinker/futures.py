@@ -31,12 +31,12 @@ from sqlalchemy.orm import Session, aliased
 
 from service.core import leases
 from service.core.ids import new_id
-from service.jobs.budget import refuse_over_budget
 from service.models import CatalogModel, TinkerRequest, TinkerRun
 from service.models.base import utcnow
 from service.models.tinker_request import LEASE_LAPSED
 from service.tinker import schemas
 from service.tinker.service import bad_request, missing
+from service.usage.budget import refuse_over_budget
 from workers.tinker import validation as check
 from workers.tinker.types import Datum, SamplingParams, TinkerInputError
 

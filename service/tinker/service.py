@@ -14,11 +14,11 @@ from service.core.ids import new_id
 from service.core.problems import FieldError, ProblemError, too_many
 from service.core.text import text_problem
 from service.jobs import open_jobs
-from service.jobs.budget import refuse_over_budget
 from service.models import CatalogModel, TinkerCheckpoint, TinkerRun, TinkerSession
 from service.models.base import utcnow
 from service.settings import Settings
 from service.tinker import schemas
+from service.usage.budget import refuse_over_budget
 from workers.tinker.types import MAX_LORA_RANK
 
 KIND_SEGMENT = {"training": "weights", "sampler": "sampler_weights"}

@@ -27,7 +27,6 @@ from service.core.db import session_scope
 from service.core.leases import LeaseLost
 from service.evaluations import rows
 from service.evaluations.results import summarize
-from service.jobs import budget
 from service.models import Evaluation, EvaluationSample
 from service.process_group import exit_now
 from service.settings import Settings, get_settings
@@ -38,6 +37,7 @@ from service.training.progress import Beacon
 from service.training.scorers import open_scorers
 from service.training.uploads import error_code
 from service.training.weights import weights_for
+from service.usage import budget
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,9 @@ from sqlalchemy.orm import Session
 from service import worker
 from service.core.db import session_scope
 from service.evaluations import rows as evaluation_rows
-from service.jobs import lifecycle, preflight_rows
+from service.jobs import lifecycle
 from service.models import Evaluation, Preflight
+from service.preflight import rows as preflight_rows
 from service.settings import Settings
 from service.training import turns
 from service.training.runner import claim_job

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from service.core.db import session_scope
-from service.jobs import preflight_rows
 from service.models import Job, Preflight
+from service.preflight import rows as preflight_rows
 from service.process_group import exit_now
 from service.settings import Settings, get_settings
 from service.storage import ObjectStorage, open_storage_from_settings

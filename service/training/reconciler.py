@@ -9,7 +9,7 @@ conditional UPDATE of `lifecycle`):
   at all had its message lost (a broker restart, a flushed Redis): it is enqueued again.
 A duplicate message costs nothing: the claim lets exactly one run through. Evaluations and
 pre-flights get the same passes (`reconcile_rows`, through `service.evaluations.rows` and
-`service.jobs.preflight_rows`, which share the shape: expire, waiting_since, requeue). Tinker
+`service.preflight.rows`, which share the shape: expire, waiting_since, requeue). Tinker
 requests whose lease lapsed are failed, never re-run (`reconcile_tinker`).
 """
 
@@ -28,10 +28,11 @@ from service import worker
 from service.core import leases
 from service.core.db import session_scope
 from service.evaluations import rows as evaluation_rows
-from service.jobs import lifecycle, preflight_rows
+from service.jobs import lifecycle
 from service.models import Job, TinkerRequest
 from service.models.base import utcnow
 from service.models.tinker_request import LEASE_LAPSED
+from service.preflight import rows as preflight_rows
 from service.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.jobs import budget, lifecycle
+from service.jobs import lifecycle, pausing
 from service.models import Job, JobMetric, JobUsage
 from service.models.base import utcnow
 from service.process_group import descendants
@@ -142,4 +142,4 @@ def record_step_usage(
         row.completion_tokens += usage.completion_tokens
         row.trained_tokens += usage.trained_tokens
     session.flush()
-    budget.pause_if_over_budget(session, job_id, tenant_id)
+    pausing.pause_if_over_budget(session, job_id, tenant_id)

@@ -23,7 +23,7 @@ def set_budget(
     """Set (or --clear) a tenant's device-hour budget. At or over it, new jobs answer 402 and
     running jobs pause at their next step boundary."""
     from service.core.db import session_scope
-    from service.jobs.budget import budget_state
+    from service.usage.budget import budget_state
     from service.usage.service import set_budget as store
 
     if clear == (device_hours is not None):

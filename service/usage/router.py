@@ -1,4 +1,4 @@
-"""`GET /v1/usage` (the tenant's usage report) and `POST /v1/jobs/estimate` (docs/usage.md)."""
+"""`GET /v1/usage`: the tenant's usage report (docs/usage.md)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from service.http.deps import SessionDep, SettingsDep, StorageDep, TenantDep
+from service.http.deps import SessionDep, TenantDep
 from service.http.openapi import problems
-from service.jobs.schemas import JobCreate
-from service.usage import estimate, service
-from service.usage.schemas import EstimateOut, GroupBy, UsageReport
+from service.usage import service
+from service.usage.schemas import GroupBy, UsageReport
 
 router = APIRouter(responses=problems(400, 401, 422, 500))
 
@@ -44,17 +43,3 @@ def get_usage(
     """What this tenant's jobs used: device-seconds by device kind, tokens, verifier
     CPU-seconds, storage; one row per job or per day, and the totals."""
     return service.usage_report(session, tenant, from_, to, group_by)
-
-
-@router.post("/v1/jobs/estimate", response_model=EstimateOut, tags=["jobs"])
-def estimate_job(
-    body: JobCreate,
-    session: SessionDep,
-    tenant: TenantDep,
-    storage: StorageDep,
-    settings: SettingsDep,
-) -> EstimateOut:
-    """The device-seconds and tokens this job spec would take (the body of `POST /v1/jobs`,
-    checked as it is; nothing is stored), from your last job or pre-flight on the same model,
-    else from the model's size."""
-    return estimate.estimate_job(session, storage, settings, tenant, body)

@@ -2,7 +2,7 @@
 device time its pre-flights held (under their `pf_` ids by job, device kind `preflight`), its
 evaluations' device time and completion tokens (under their `eval_` ids), the jobs' stored
 objects and the Tinker checkpoints (under their run's id), over whole UTC days, by job or by
-day. Budgets: `service.jobs.budget`."""
+day. Budgets: `service.usage.budget`."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.core.problems import FieldError, invalid
-from service.jobs import preflight_rows
-from service.jobs.budget import budget_state
 from service.models import (
     Checkpoint,
     Evaluation,
@@ -28,6 +26,8 @@ from service.models import (
     TinkerRequest,
 )
 from service.settings import get_settings
+from service.usage import preflights
+from service.usage.budget import budget_state
 from service.usage.schemas import BudgetOut, GroupBy, UsageFigures, UsageReport, UsageRow
 
 PREFLIGHT_KIND = "preflight"  # its worker's device kind is not recorded
@@ -95,7 +95,7 @@ def usage_report(
             row[name] += int(value or 0) if name.endswith("tokens") else float(value or 0.0)
         row["device_seconds_by_kind"][kind] += float(values[0] or 0.0)
     since = datetime.combine(first, time(), UTC)
-    for preflight_id, started, seconds in preflight_rows.device_time(
+    for preflight_id, started, seconds in preflights.device_time(
         session, tenant_id, get_settings(), since
     ):
         if started.date() >= stop:

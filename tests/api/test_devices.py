@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import create_engine, delete
 from sqlalchemy.orm import Session
 
-from service.jobs.worker_registry import LIVENESS_MEMO_S
 from service.models import WorkerHeartbeat
 from service.models.base import utcnow
+from service.queues.worker_registry import LIVENESS_MEMO_S
 from tests.api.conftest import tenant_client
 from tests.api.helpers import error_paths, job_body, make_dataset, make_verifier, problem
 from tests.api.server import IDLE_QUEUE

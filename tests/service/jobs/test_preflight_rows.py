@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.auth.service import get_or_create_tenant
 from service.core.ids import new_id
-from service.jobs import preflight_rows
 from service.models import Preflight
 from service.models.base import utcnow
+from service.preflight import rows as preflight_rows
 from service.settings import Settings
 from service.training import kinds, supervisor
 

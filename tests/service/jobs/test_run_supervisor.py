@@ -20,9 +20,9 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.jobs import preflight_rows
 from service.models import Evaluation, Preflight
 from service.models.base import utcnow
+from service.preflight import rows as preflight_rows
 from service.settings import QueueSettings, Settings
 from service.training import kinds, supervisor
 from service.training.reconciler import reconcile_rows

@@ -13,10 +13,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.core.problems import ProblemError
 from service.jobs import lifecycle
-from service.jobs.budget import budget_state, refuse_over_budget
 from service.models import Job, JobEvent, JobUsage, Tenant
 from service.models.base import utcnow
 from service.training.usage import StepUsage, UsageMeter, record_step_usage
+from service.usage.budget import budget_state, refuse_over_budget
 from tests.service.jobs.test_lifecycle import make_job
 
 

@@ -12,12 +12,12 @@
 So the API's expiry, the reconciler and the worker's outcome cannot both win: a worker that
 finishes after its pre-flight expired or was taken over writes nothing, and a row is run by one
 claim at a time. GRPO_PREFLIGHT_TIMEOUT_S still bounds each state: the worker kills a run past
-it, and a row left past it is failed by whoever reads it next (`expire_overdue`).
+it, and a row left past it is failed by whoever reads it next (`expire_overdue`). The device
+time the rows held is accounting: `service.usage.preflights`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,7 +27,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from service.core import leases
 from service.core.db import rows_matched
 from service.models import Preflight
-from service.models.base import aware, utcnow
+from service.models.base import utcnow
 from service.settings import Settings
 
 ACTIVE = ("running",)
@@ -163,23 +163,3 @@ def count_open(session: Session, tenant_id: str, settings: Settings) -> int:
         )
         or 0
     )
-
-
-def device_time(
-    session: Session, tenant_id: str, settings: Settings, since: datetime | None = None
-) -> Iterator[tuple[str, datetime, float]]:
-    """(pre-flight, started at, device-seconds) of the tenant's pre-flights that ran, started
-    at `since` or later: a worker's device is held from the claim to the outcome, and at most
-    GRPO_PREFLIGHT_TIMEOUT_S (the worker kills the run there; a row whose worker died is
-    failed later, by whoever reads it). One still running counts up to now."""
-    stmt = select(Preflight.id, Preflight.started_at, Preflight.finished_at).where(
-        Preflight.tenant_id == tenant_id, Preflight.started_at.is_not(None)
-    )
-    if since is not None:
-        stmt = stmt.where(Preflight.started_at >= since)
-    now = utcnow()
-    for preflight_id, started, finished in session.execute(stmt):
-        assert started is not None  # the query's filter
-        start = aware(started)
-        held = (aware(finished) if finished else now) - start
-        yield preflight_id, start, min(max(held.total_seconds(), 0.0), settings.preflight_timeout_s)

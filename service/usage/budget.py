@@ -1,8 +1,9 @@
 """Per-tenant device-hour budgets (docs/usage.md): the operator sets one per tenant
 (`grpo-service tenants set-budget`); it counts every device-second the tenant's jobs recorded
 and its pre-flights held, for all time. At or over it, a submission (a pre-flight too) answers
-402 and a running job is asked to pause at its next step boundary. No web framework here: the
-API and the training process share it."""
+402 and a running job is asked to pause at its next step boundary (that request is the jobs'
+side: `service.jobs.pausing.pause_if_over_budget`). No web framework here: the API and the
+training process share it."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.core.problems import ProblemError
-from service.jobs import pausing, preflight_rows
 from service.models import Evaluation, JobUsage, Tenant, TinkerRequest
 from service.models.base import aware, utcnow
 from service.settings import get_settings
+from service.usage import preflights
 
 BUDGET_PROBLEM = "https://grpo-service.dev/problems/budget-exhausted"
 
@@ -51,7 +52,7 @@ def device_seconds_used(session: Session, tenant_id: str) -> float:
             JobUsage.tenant_id == tenant_id
         )
     )
-    held = preflight_rows.device_time(session, tenant_id, get_settings())
+    held = preflights.device_time(session, tenant_id, get_settings())
     tinker = session.scalar(  # the Tinker API's requests (docs/tinker.md)
         select(func.coalesce(func.sum(TinkerRequest.device_seconds), 0.0)).where(
             TinkerRequest.tenant_id == tenant_id
@@ -108,13 +109,3 @@ def refuse_over_budget(
     )
     error.problem.type = BUDGET_PROBLEM
     raise error
-
-
-def pause_if_over_budget(session: Session, job_id: str, tenant_id: str) -> bool:
-    """At a step boundary, once the step's usage is recorded: a running job of a tenant at or
-    over its budget is asked to pause (it checkpoints at its next boundary and stops)."""
-    state = budget_state(session, tenant_id)
-    if state is None or not state.exhausted:
-        return False
-    reason = f"device-hour budget exhausted ({state.describe()})"
-    return pausing.request_pause(session, job_id, reason, {"budget": state.as_dict()})

@@ -24,12 +24,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.jobs.model_checks import longest_prompt
-from service.jobs.schemas import JobCreate
+from service.jobs.schemas import EstimateOut, JobCreate
 from service.jobs.service import validate_submission
 from service.models import Job, JobUsage, Preflight
 from service.settings import Settings
 from service.storage import ObjectStorage
-from service.usage.schemas import EstimateOut
 
 
 @dataclass(frozen=True)

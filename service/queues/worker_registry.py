@@ -1,16 +1,12 @@
 """Which queues have a live worker: every `grpo-service worker` and `up` process writes one row
-per queue it consumes (worker id, queue, host, pid, last seen) and renews it every
-`GRPO_HEARTBEAT_SECONDS`; a graceful stop deletes its rows, a killed worker's go stale.
+per queue it consumes (worker id, queue, host, pid, last seen, the devices it owns) and renews
+it every `GRPO_HEARTBEAT_SECONDS`; a graceful stop deletes its rows, a killed worker's go stale.
+The table is written by the worker's own process, not the training process, so a training step
+that spins for minutes cannot make a worker look dead.
 
-The API reads it at submission: a job sent to a declared queue that no live worker serves
-would wait forever without a word, so it gets a `no_worker` warning event (it is still
-accepted: a worker may be on its way, as in an autoscaled pool). The table is written by the
-worker's own process, not the training process, so a training step that spins for minutes
-cannot make a worker look dead.
-
-Each row also holds the devices the worker owns (`--devices N`): a job asking for more than
-any live worker of its queue owns is refused at submission (`check_devices`, a 422 naming the
-queue's capacity); a queue with no live worker at all accepts it, with the warning above.
+The API reads it at submission (`service.jobs.queue_checks`): a job asking for more devices
+than any live worker of its queue owns is refused, and a job sent to a queue that no live
+worker serves is accepted with a `no_worker` warning event.
 """
 
 from __future__ import annotations
@@ -28,13 +24,9 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from service.core.db import rows_matched, session_scope
-from service.core.problems import FieldError
-from service.jobs import lifecycle
-from service.jobs.schemas import JobCreate
-from service.models import Job, WorkerHeartbeat
+from service.models import WorkerHeartbeat
 from service.models.base import utcnow
 from service.settings import Settings
-from workers.grpo.world import WorldSizeError, check_world
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +95,7 @@ _capacity: dict[tuple[int, str], tuple[float, int]] = {}  # (engine id, queue) -
 
 def queue_capacity(session: Session, queue: str, settings: Settings) -> int | None:
     """The most devices a live worker of `queue` owns; None when no live worker serves it
-    (`add_no_worker_event`)."""
+    (`service.jobs.queue_checks.add_no_worker_event`)."""
     key, now = (id(session.get_bind()), queue), time.monotonic()
     memo = _capacity.get(key)
     if memo is not None and now - memo[0] < min(LIVENESS_MEMO_S, settings.heartbeat_seconds):
@@ -119,46 +111,6 @@ def queue_capacity(session: Session, queue: str, settings: Settings) -> int | No
     else:
         _capacity[key] = (now, capacity)
     return capacity
-
-
-def check_devices(session: Session, body: JobCreate, settings: Settings) -> list[FieldError]:
-    """`resources.devices` the batch splits across, and no more than the queue's live workers
-    own (a queue nobody serves yet accepts any: a worker may be on its way)."""
-    devices, path = body.resources.devices, "$.resources.devices"
-    rollout = body.resources.rollout_devices
-    if rollout and not body.grpo.max_off_policy_steps:
-        message = (
-            "rollout devices generate rollouts ahead of training: set "
-            "grpo.max_off_policy_steps to 1 or more, or rollout_devices to 0"
-        )
-        return [FieldError(path="$.resources.rollout_devices", message=message)]
-    if rollout and devices != rollout + 1:
-        message = (
-            f"rollouts generated ahead train on one device: resources.devices must be "
-            f"rollout_devices + 1 = {rollout + 1}, not {devices}"
-        )
-        return [FieldError(path=path, message=message)]
-    try:
-        check_world(body, devices - rollout, knob="resources.devices")
-    except WorldSizeError as exc:
-        return [FieldError(path=path, message=str(exc))]
-    capacity = queue_capacity(session, body.queue, settings) if devices > 1 else None
-    if capacity is None or devices <= capacity:
-        return []
-    message = (
-        f"{devices} devices asked, but the live workers of queue '{body.queue}' own at most "
-        f"{capacity} (grpo-service worker --devices N --queue {body.queue})"
-    )
-    return [FieldError(path=path, message=message)]
-
-
-def add_no_worker_event(session: Session, job: Job) -> None:
-    """The `no_worker` event of a job whose queue has no live worker."""
-    message = (
-        f"no live worker serves queue '{job.queue}': the job stays queued until a worker "
-        f"for it starts (grpo-service worker --queue {job.queue})"
-    )
-    lifecycle.add_event(session, job.id, "no_worker", message, {"queue": job.queue})
 
 
 def this_worker() -> str:
