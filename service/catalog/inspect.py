@@ -24,7 +24,7 @@ class ModelSourceError(ValueError):
 
 
 def is_local_source(source: str) -> bool:
-    return source.startswith(("/", ".", "~")) or Path(source).expanduser().is_dir()
+    return source.startswith(("/", ".", "~")) or Path(source).expanduser().exists()
 
 
 def fetch_hub(repo_id: str, revision: str | None, token: str | None, offline: bool) -> Path:
