@@ -83,7 +83,10 @@ def login(
     ] = "",
     as_json: JsonOpt = False,
 ) -> None:
-    """Check the key against the server, then store URL and key (file mode 0600)."""
+    """Check the key against the server, then store URL and key (file mode 0600) in
+    $XDG_CONFIG_HOME/grpo/config.json, else ~/.config/grpo/config.json on Linux,
+    ~/Library/Application Support/grpo/config.json on macOS, %APPDATA%\\grpo\\config.json on
+    Windows."""
     with Client(url, api_key, max_retries=1) as grpo:
         grpo.jobs.list(limit=1)  # 401 for a bad key, ConnectionFailed for a bad URL
     path = config.save_file(url.rstrip("/"), api_key)
