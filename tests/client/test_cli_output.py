@@ -6,6 +6,9 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 TABLE = """
 from grpo_client.cli_base import out, table
@@ -49,3 +52,25 @@ def test_watch_prints_a_flat_reward_warning_as_a_line_of_its_own() -> None:
     console.print(event_line(event))
     assert console.export_text(clear=False).strip() == f"03:04:05 warning: {message}"
     assert "\x1b[33m" in console.export_text(styles=True)  # yellow, as warnings are
+
+
+def test_the_login_profile_is_under_xdg_config_home_on_every_system(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from grpo_client import config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    for platform in ("linux", "darwin"):  # click's own app dir reads it on Linux only
+        monkeypatch.setattr(sys, "platform", platform)
+        assert config.config_path() == tmp_path / "xdg" / "grpo" / "config.json"
+    monkeypatch.delenv("XDG_CONFIG_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert config.config_path() == tmp_path / "Library/Application Support/grpo/config.json"
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert config.config_path() == tmp_path / ".config" / "grpo" / "config.json"
+
+
+def test_login_help_says_where_the_profile_goes() -> None:
+    shown = _run("-m", "grpo_client", "login", "--help", env={**os.environ, "COLUMNS": "200"})
+    flat = " ".join(shown.replace("│", " ").split())
+    assert "$XDG_CONFIG_HOME/grpo/config.json, else ~/.config/grpo/config.json on Linux" in flat

@@ -36,14 +36,15 @@ class Checkpoints:
         """The listed checkpoint at `step` (a number or "latest"); 404 ApiError if none."""
         ckpts = self.list(job_id)
         if not ckpts:
-            raise ApiError(404, _missing(f"job {job_id} has no checkpoints yet"))
+            raise ApiError.local(404, "Not Found", f"job {job_id} has no checkpoints yet")
         if str(step) == "latest":
             return max(ckpts, key=lambda c: c.step)
         for ckpt in ckpts:
             if ckpt.step == int(step):
                 return ckpt
         steps = ", ".join(str(c.step) for c in sorted(ckpts, key=lambda c: c.step))
-        raise ApiError(404, _missing(f"job {job_id} has no checkpoint at step {step} ({steps})"))
+        missing = f"job {job_id} has no checkpoint at step {step} ({steps})"
+        raise ApiError.local(404, "Not Found", missing)
 
     def delete(self, job_id: str, step: int | str) -> None:
         """Delete the checkpoint at `step` (a number or "latest"): its row, then its archive.
@@ -150,7 +151,3 @@ def _sha256(path: Path) -> str:
         while block := fh.read(CHUNK):
             h.update(block)
     return h.hexdigest()
-
-
-def _missing(detail: str) -> dict[str, object]:
-    return {"type": "about:blank", "title": "Not Found", "status": 404, "detail": detail}

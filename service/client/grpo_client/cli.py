@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -82,7 +83,10 @@ def login(
     ] = "",
     as_json: JsonOpt = False,
 ) -> None:
-    """Check the key against the server, then store URL and key (file mode 0600)."""
+    """Check the key against the server, then store URL and key (file mode 0600) in
+    $XDG_CONFIG_HOME/grpo/config.json, else ~/.config/grpo/config.json on Linux,
+    ~/Library/Application Support/grpo/config.json on macOS, %APPDATA%\\grpo\\config.json on
+    Windows."""
     with Client(url, api_key, max_retries=1) as grpo:
         grpo.jobs.list(limit=1)  # 401 for a bad key, ConnectionFailed for a bad URL
     path = config.save_file(url.rstrip("/"), api_key)
@@ -127,7 +131,8 @@ def verifiers_test(
     version: Annotated[int | None, typer.Option(help="Default: the latest.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Score a JSONL file of `{prompt, completion, ...fields}` samples."""
+    """Score a JSONL file of `{prompt, completion, ...fields}` samples; exits 1 when the
+    verifier failed on any of them (its error is in the table)."""
     records = read_records(samples)
     with client() as grpo:
         result = grpo.verifiers.test(name, records, version)
@@ -141,6 +146,10 @@ def verifiers_test(
         out.print(f"{len(rows)} samples in {r.elapsed_ms:.0f} ms")
 
     emit(result, as_json, render)
+    failed = sum(error is not None for error in result.errors)
+    if failed:
+        err.print(f"the verifier failed on {failed} of {len(records)} samples")
+        raise typer.Exit(1)
 
 
 @verifiers_app.command("list")
@@ -222,6 +231,29 @@ def datasets_records(
             print(f"# more: --after {page.next}", file=sys.stderr)
 
     emit(page, as_json, render)
+
+
+@datasets_app.command("download")
+def datasets_download(
+    dataset: Annotated[str, typer.Argument(help="A dataset id (ds_…), or the name of yours.")],
+    out_path: Annotated[
+        Path | None,
+        typer.Option("--out", help="The JSONL file to write, or a folder for <id>.jsonl."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Download a dataset's records as stored: JSONL, one object a line (default: <id>.jsonl
+    in the current folder)."""
+    with client() as grpo:
+        ds = grpo.datasets.find(dataset)
+        target = out_path or Path(f"{ds.id}.jsonl")
+        if target.is_dir():
+            target = target / f"{ds.id}.jsonl"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path = grpo.datasets.download(ds.id, target)
+    result = {"id": ds.id, "name": ds.name, "records": ds.num_records, "path": str(path)}
+    shown = f"{path}  {ds.num_records} records of {ds.name}"
+    emit(result, as_json, lambda _: out.print(shown, soft_wrap=True))  # a path: never folded
 
 
 def main() -> None:

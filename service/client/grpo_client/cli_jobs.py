@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 from rich.progress import (
-    BarColumn,
     DownloadColumn,
     Progress,
     TimeRemainingColumn,
@@ -29,8 +28,9 @@ from grpo_client.cli_base import (
     table,
 )
 from grpo_client.cli_preflight import preflight_or_stop
+from grpo_client.job_summary import sig3, summarize, summary_table
 from grpo_client.models import JobOut
-from grpo_client.watch import watch
+from grpo_client.watch import fitting_bar, watch
 
 StepOpt = Annotated[str, typer.Option(help="A step number, or latest.")]
 
@@ -41,7 +41,7 @@ def _progress(job: JobOut) -> str:
 
 def _job_line(job: JobOut) -> str:
     reward = (job.latest_metrics or {}).get("reward_mean")
-    extra = f"  reward {reward:.3f}" if isinstance(reward, int | float) else ""
+    extra = f"  reward {sig3(reward)}" if isinstance(reward, int | float) else ""
     error = f"  {job.error.code}: {job.error.message}" if job.error else ""
     return f"{job.id}  {job.status}  step {_progress(job)}{extra}{error}"
 
@@ -103,7 +103,7 @@ def jobs_list(
             j.id,
             j.status,
             _progress(j),
-            (j.latest_metrics or {}).get("reward_mean"),
+            sig3((j.latest_metrics or {}).get("reward_mean")),
             f"{j.created_at:%Y-%m-%d %H:%M}",
             j.spec.get("base_model"),
             j.spec.get("name"),
@@ -129,10 +129,13 @@ def jobs_events(
 
 @jobs_app.command("get")
 def jobs_get(job_id: JobArg, as_json: JsonOpt = False) -> None:
-    """Show one job."""
+    """Show one job: status, step, reward now and at the start, the last warning or error,
+    the latest checkpoint (with --json: the job as the API answers it)."""
     with client() as grpo:
-        job = grpo.jobs.get(job_id)
-    emit(job, as_json, lambda j: out.print(_job_line(j)))
+        if as_json:
+            emit(grpo.jobs.get(job_id), as_json)
+        else:
+            out.print(summary_table(summarize(grpo, job_id)))
 
 
 @jobs_app.command("watch")
@@ -289,7 +292,7 @@ def checkpoints_download(
         ckpt = grpo.checkpoints.get(job_id, step)
         bar = Progress(
             "[progress.description]{task.description}",
-            BarColumn(),
+            fitting_bar(),
             DownloadColumn(),
             TransferSpeedColumn(),
             TimeRemainingColumn(),

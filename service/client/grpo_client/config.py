@@ -1,5 +1,6 @@
 """Where the CLI finds the server and the key: options, then GRPO_URL / GRPO_API_KEY, then the
-file `grpo login` writes (`config.json` in the user's config dir, mode 0600)."""
+file `grpo login` writes (`config.json` in the user's config dir, mode 0600; README.md says
+where)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 def config_path() -> Path:
-    """`$XDG_CONFIG_HOME/grpo/config.json` on Linux (typer/click's app dir elsewhere)."""
+    """`$XDG_CONFIG_HOME/grpo/config.json` when XDG_CONFIG_HOME is set, on any system (click
+    reads it on Linux only); else click's app dir: `~/.config/grpo` on Linux,
+    `~/Library/Application Support/grpo` on macOS, `%APPDATA%\\grpo` on Windows."""
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    if xdg:
+        return Path(xdg) / "grpo" / "config.json"
     return Path(typer.get_app_dir("grpo")) / "config.json"
 
 

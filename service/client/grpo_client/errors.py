@@ -39,6 +39,13 @@ class ApiError(ClientError):
                 lines.append(f"  {line}")
         return "\n".join(lines)
 
+    @classmethod
+    def local(cls, status: int, title: str, detail: str) -> ApiError:
+        """An answer the client works out itself (no checkpoint at that step, no dataset of
+        that name), shaped as the server's would be."""
+        return cls(status, {"type": "about:blank", "title": title, "status": status,
+                            "detail": detail})  # fmt: skip
+
 
 class ConnectionFailed(ClientError):
     """The server could not be reached (after the retries)."""

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from grpo_client.errors import ApiError
 from grpo_client.models import (
     DatasetOut,
     DatasetRecordOut,
@@ -101,8 +102,25 @@ class Datasets:
         return DatasetOut.model_validate(self._t.json("GET", f"/v1/datasets/{dataset_id}"))
 
     def list(self, *, limit: int = 20, after: str | None = None) -> Page[DatasetOut]:
+        """One page of datasets, newest first; iterating it walks every later page too."""
         params = _params(limit=limit, after=after)
-        return Page[DatasetOut].model_validate(self._t.json("GET", "/v1/datasets", params=params))
+        data = self._t.json("GET", "/v1/datasets", params=params)
+        page = Page[DatasetOut].model_validate(data)
+        return page.with_fetcher(lambda nxt: self.list(limit=limit, after=nxt))
+
+    def find(self, reference: str) -> DatasetOut:
+        """The dataset `reference` names, as a job spec's `dataset` does: its id (`ds_…`), or
+        its name when exactly one of yours has it (else ApiError 404, or 409 naming them)."""
+        if reference.startswith("ds_"):
+            return self.get(reference)
+        named = [d for d in self.list(limit=100) if d.name == reference]
+        if len(named) == 1:
+            return named[0]
+        if not named:
+            raise ApiError.local(404, "Not Found", f"no dataset '{reference}'")
+        ids = ", ".join(d.id for d in named)
+        detail = f"{len(named)} datasets are named '{reference}' ({ids}): use an id"
+        raise ApiError.local(409, "Conflict", detail)
 
     def delete(self, dataset_id: str) -> None:
         self._t.request("DELETE", f"/v1/datasets/{dataset_id}")

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from grpo_client import Client
 from grpo_client.models import SETTLED_STATUSES, EventOut, JobOut
@@ -22,6 +22,8 @@ CURVES = (
     ("KL", "kl"),
     ("length", "completion_len_mean"),
 )
+# Beside a sparkline: the longest label ("held-out"), a value ("-0.0001234"), two gaps of 2.
+SPARK_MARGIN = 8 + 10 + 4
 EVENT_STYLES = {"reward_hacking_suspected": "bold red", "failed": "red", "warning": "yellow"}
 
 
@@ -56,14 +58,22 @@ def _fmt_eta(seconds: float | None) -> str:
     return f"ETA {hours}:{minutes:02d}:{secs:02d}" if hours else f"ETA {minutes}:{secs:02d}"
 
 
-def curves_table(rows: list[dict[str, Any]]) -> Table:
+def fitting_bar(most: int = 40) -> BarColumn:
+    """A progress bar as wide as the terminal leaves beside the other columns, at most `most`:
+    a fixed width wider than that pushes the step count and the status off the line."""
+    return BarColumn(bar_width=None, table_column=Column(max_width=most))
+
+
+def curves_table(rows: list[dict[str, Any]], width: int = 80) -> Table:
+    """The curves' sparklines, each as long as a line `width` wide holds (at most 40)."""
     table = Table.grid(padding=(0, 2))
+    span = max(8, min(40, width - SPARK_MARGIN))
     for label, key in CURVES:
         values = [r.get(key) for r in rows]
         present = [v for v in values if v is not None]
         if not present:
             continue
-        table.add_row(label, f"[cyan]{sparkline(values)}[/]", f"{present[-1]:.4g}")
+        table.add_row(label, f"[cyan]{sparkline(values, span)}[/]", f"{present[-1]:.4g}")
     return table
 
 
@@ -81,8 +91,7 @@ def watch(
     rows: list[dict[str, Any]] = []
     last_event = 0
     progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
+        fitting_bar(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TextColumn("{task.fields[eta]}"),
@@ -123,7 +132,10 @@ def watch(
     with Live(console=console, refresh_per_second=4, transient=False) as live:
         while True:
             job = poll()
-            live.update(Group(progress, curves_table(rows)))
+            live.update(Group(progress, curves_table(rows, console.width)))
             if job.status in SETTLED_STATUSES:
-                return job
+                break
             time.sleep(interval)
+    if not console.is_terminal:  # rich ends the display's last line on a terminal only
+        console.line()
+    return job
