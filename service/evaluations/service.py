@@ -20,11 +20,13 @@ from service.evaluations.schemas import EvaluationCreate
 from service.http.wakeups import wake_evaluation_after_commit
 from service.jobs import budget, open_jobs
 from service.jobs.base_model import ResolvedBase, resolve_base
+from service.jobs.field_checks import FieldUse, check_verifier_fields
 from service.jobs.model_checks import check_queue
 from service.models import Dataset, Evaluation, EvaluationSample
 from service.models.base import utcnow
 from service.settings import Settings
-from service.verifiers.service import VERIFIERS
+from service.storage import ObjectStorage
+from service.verifiers.service import VERIFIERS, make_resolver
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,11 @@ def _check_size(
 
 
 def validate(
-    session: Session, settings: Settings, tenant_id: str, body: EvaluationCreate
+    session: Session,
+    storage: ObjectStorage,
+    settings: Settings,
+    tenant_id: str,
+    body: EvaluationCreate,
 ) -> tuple[dict[str, Any], ResolvedBase]:
     """Every reference resolved and pinned: the spec the worker runs, or a 422 naming every
     bad field."""
@@ -88,6 +94,9 @@ def validate(
                 {"name": row.name, "version": row.version, "weight": ref.weight,
                  "sha256": row.sha256}
             )  # fmt: skip
+    if dataset is not None and len(pinned) == len(body.verifiers):  # every reference pinned
+        uses = [FieldUse("verifiers", pinned, dataset)]
+        errors += check_verifier_fields(storage, uses, make_resolver(session, tenant_id))
     errors += check_queue(body, settings)  # type: ignore[arg-type]  # reads `queue` only
     if errors:
         raise invalid(errors)
@@ -105,9 +114,13 @@ def validate(
 
 
 def submit(
-    session: Session, settings: Settings, tenant_id: str, body: EvaluationCreate
+    session: Session,
+    storage: ObjectStorage,
+    settings: Settings,
+    tenant_id: str,
+    body: EvaluationCreate,
 ) -> Evaluation:
-    spec, base = validate(session, settings, tenant_id, body)
+    spec, base = validate(session, storage, settings, tenant_id, body)
     budget.refuse_over_budget(session, tenant_id)  # 402 after the 422s, as POST /v1/jobs
     refuse_too_many_open(session, settings, tenant_id)
     row = Evaluation(
