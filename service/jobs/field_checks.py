@@ -4,7 +4,8 @@ A verifier that reads `answer` from records that carry `target` errors on every 
 refused here, at submission, with a 422 at the verifier's reference naming the missing field,
 the fields the records do have, and the closest of them. The fields a verifier needs come from
 its stored config (`workers.verifiers.fields`: never by running tenant code); the records'
-from the first `FIELD_SAMPLE` records of the dataset, read one at a time.
+from the first `FIELD_SAMPLE` records of the dataset, read one at a time at its first
+submission and kept on its row.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from workers.verifiers import Resolver
 from workers.verifiers.fields import needed_fields
 
 MAX_LISTED = 40  # the records' fields named in a message at most
+MAX_KEPT = 1000  # the most fields kept on the dataset's row
 
 
 @dataclass
@@ -52,12 +54,25 @@ def check_verifier_fields(
             if not needed:
                 continue
             if use.dataset.id not in fields_of:
-                fields_of[use.dataset.id] = record_fields(storage, use.dataset)
+                fields_of[use.dataset.id] = _record_fields(storage, use.dataset)
             have = fields_of[use.dataset.id] | use.extra
             for name in sorted(needed - have):
                 message = _missing(ref["name"], name, use.dataset, have)
                 errors.append(FieldError(path=f"$.{use.path}[{i}]", message=message))
     return errors
+
+
+def _record_fields(storage: ObjectStorage, dataset: Dataset) -> set[str]:
+    """The dataset's fields, read once and kept on its row (its records never change), as
+    its prompt statistics are (`model_checks.prompt_stats`); a set too large to keep is read
+    again at each submission."""
+    stats = dataset.prompt_stats or {}
+    if isinstance(stats.get("fields"), list):
+        return set(stats["fields"])
+    fields = record_fields(storage, dataset)
+    if len(fields) <= MAX_KEPT:
+        dataset.prompt_stats = {**stats, "fields": sorted(fields)}  # a new dict: JSON sees it
+    return fields
 
 
 def _missing(verifier: str, name: str, dataset: Dataset, have: set[str]) -> str:
