@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from sqlalchemy.orm import Session
 
 from service.catalog.lineage import TINKER_PREFIX, find_sampler_weights
-from service.catalog.service import find_model, find_tenant_checkpoint
+from service.catalog.service import find_model, find_tenant_checkpoint, model_names
 from service.core.problems import FieldError
+from service.core.suggest import did_you_mean
 from service.models import CatalogModel, Checkpoint
 
 CHECKPOINT_PREFIX = "ckpt_"
@@ -29,12 +30,12 @@ class ResolvedBase:
     lineage: list[str] = field(default_factory=list)
 
 
-def _refusal(value: str) -> FieldError:
+def _refusal(value: str, hint: str = "") -> FieldError:
     shown = value if len(value) <= 80 else value[:77] + "..."
     return FieldError(
         path="$.base_model",
         message=f"{shown!r} is neither a catalog model nor a checkpoint of yours "
-        "(`grpo models` or GET /v1/models lists both)",
+        f"(`grpo models` or GET /v1/models lists both){hint}",
     )
 
 
@@ -46,8 +47,8 @@ def resolve_base(
     if value.startswith(TINKER_PREFIX):
         return _from_sampler_weights(session, tenant_id, value)
     model = find_model(session, value)
-    if model is None:
-        return None, _refusal(value)
+    if model is None:  # the catalog is every tenant's: its names may be offered to any
+        return None, _refusal(value, did_you_mean(value, model_names(session)))
     return ResolvedBase(model), None
 
 

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from service.catalog.facts import ModelFacts
 from service.core.problems import model_not_found
+from service.core.suggest import MAX_NAMES
 from service.core.text import text_problem
 from service.models import UNFINISHED_STATUSES, CatalogModel, Checkpoint, Job
 from service.storage import ObjectStorage
@@ -83,6 +84,10 @@ def remove_model(session: Session, name: str) -> None:
 
 def list_models(session: Session) -> list[CatalogModel]:
     return list(session.scalars(select(CatalogModel).order_by(CatalogModel.name)))
+
+
+def model_names(session: Session) -> list[str]:
+    return list(session.scalars(select(CatalogModel.name).limit(MAX_NAMES)))
 
 
 # Built once, with a bound parameter (`session.get` builds its statement at every call).

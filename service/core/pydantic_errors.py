@@ -2,9 +2,11 @@
 
 Two rewrites of pydantic's own messages: a validator's `ValueError` loses pydantic's "Value
 error, " prefix (the message is the validator's sentence), and an unknown field
-(`extra_forbidden`, "Extra inputs are not permitted") names the closest field of the model it
-sits in, found by walking the error's location through the model's fields and matching with
-difflib's `get_close_matches` (Ratcliff/Obershelp similarity, cut-off 0.6).
+(`extra_forbidden`, "Extra inputs are not permitted") names the object it belongs in when a
+nested object of the model takes a field of that name (a top-level `learning_rate`: `grpo`),
+or else the closest field of the model it sits in, found by walking the error's location
+through the model's fields and matching with difflib's `get_close_matches`
+(Ratcliff/Obershelp similarity, cut-off 0.6).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ def field_message(error: Mapping[str, Any], model: type[BaseModel] | None = None
     if owner is None:
         return "unknown field"
     names = _field_names(owner)
+    home = _nested_home(owner, str(loc[-1]))
+    if home is not None:
+        return f"unknown field here: it belongs in `{home}` (`{home}.{loc[-1]}`)"
     close = get_close_matches(str(loc[-1]), names, n=1)
     if close:
         return f"unknown field: did you mean `{close[0]}`?"
@@ -51,6 +56,16 @@ def field_message(error: Mapping[str, Any], model: type[BaseModel] | None = None
 
 def _field_names(model: type[BaseModel]) -> list[str]:
     return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def _nested_home(model: type[BaseModel], name: str) -> str | None:
+    """The field of `model` whose object takes `name`, when one does: a top-level
+    `learning_rate` (as OpenAI's and TRL's flat configs have it) belongs in `grpo`."""
+    for field_name, field in model.model_fields.items():
+        inner = _model_in(field.annotation)
+        if inner is not None and name in _field_names(inner):
+            return field.alias or field_name
+    return None
 
 
 def _model_at(model: type[BaseModel] | None, path: Sequence[Any]) -> type[BaseModel] | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import bindparam, select
@@ -13,6 +15,7 @@ from sqlalchemy.orm import Session
 from service.core.ids import new_id
 from service.core.problems import FieldError, conflict, invalid, not_found
 from service.core.quotas import check_dataset_quota
+from service.core.suggest import MAX_NAMES, did_you_mean
 from service.datasets import line_index
 from service.datasets.builder import BuiltDataset
 from service.models import UNFINISHED_STATUSES, Dataset, Job
@@ -67,33 +70,23 @@ def find_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset |
 def find_dataset_by_reference(
     session: Session, tenant_id: str, reference: str
 ) -> tuple[Dataset | None, str | None]:
-    """A dataset named by id, or by name when exactly one live dataset of the tenant has it;
-    otherwise None and why."""
+    """A dataset named by id, or by name: the newest live dataset of the tenant with that name
+    (a name's uploads are its versions; an older one is named by its id); otherwise None and
+    why, with the closest of the tenant's own names."""
     if reference.startswith("ds_"):
         row = find_dataset(session, tenant_id, reference)
         return row, None if row else f"no dataset '{reference}'"
-    rows = list(
-        session.scalars(
-            select(Dataset)
-            .where(
-                Dataset.tenant_id == tenant_id,
-                Dataset.name == reference,
-                Dataset.deleted_at.is_(None),
-            )
-            .order_by(Dataset.id)
-            .limit(6)
-        )
+    mine = (Dataset.tenant_id == tenant_id, Dataset.deleted_at.is_(None))
+    row = session.scalar(
+        select(Dataset)
+        .where(*mine, Dataset.name == reference)
+        .order_by(Dataset.created_at.desc(), Dataset.id.desc())
+        .limit(1)
     )
-    if len(rows) == 1:
-        return rows[0], None
-    if not rows:
-        return None, f"no dataset '{reference}'"
-    ids = ", ".join(r.id for r in rows[:5])
-    return (
-        None,
-        f"{len(rows) if len(rows) < 6 else 'more than 5'} datasets are named "
-        f"'{reference}' ({ids}): use an id",
-    )
+    if row is not None:
+        return row, None
+    names = session.scalars(select(Dataset.name).where(*mine).distinct().limit(MAX_NAMES))
+    return None, f"no dataset '{reference}'{did_you_mean(reference, names)}"
 
 
 def get_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:
@@ -136,6 +129,35 @@ def page_records(
     stop = min(start + limit, row.num_records)
     if start >= stop:
         return [], False
+    with _lines(storage, row, start, stop) as lines:
+        chosen = [json.loads(line) for line in lines]
+    return list(enumerate(chosen, start)), stop < row.num_records
+
+
+FIELD_SAMPLE = 200  # records whose field names a submission checks its verifiers against
+
+
+def record_fields(storage: ObjectStorage, row: Dataset, limit: int = FIELD_SAMPLE) -> set[str]:
+    """The field names of the dataset's first `limit` records (any of them has the field),
+    read one record at a time."""
+    fields: set[str] = set()
+    with _lines(storage, row, 0, min(limit, row.num_records)) as lines:
+        for line in lines:
+            record = json.loads(line)
+            if isinstance(record, dict):  # stored records are objects; stay total anyway
+                fields.update(record)
+    return fields
+
+
+@contextmanager
+def _lines(
+    storage: ObjectStorage, row: Dataset, start: int, stop: int
+) -> Iterator[Iterator[bytes]]:
+    """The stored lines `start` to `stop` (0-based, `stop` excluded), read from the nearest
+    indexed line before them (`line_index`); the file or S3 body is closed on leaving."""
+    if start >= stop:
+        yield iter(())
+        return
     first, last = start // line_index.EVERY, -(-stop // line_index.EVERY)
     begin, end = line_index.span(storage, row.object_key, first, last)
     if end is None:
@@ -144,7 +166,6 @@ def page_records(
     lines = line_index.iter_lines(chunks)
     try:
         skip = first * line_index.EVERY
-        chosen = list(itertools.islice(lines, start - skip, stop - skip))
+        yield itertools.islice(lines, start - skip, stop - skip)
     finally:
         lines.close()  # and the file or S3 body under it
-    return [(start + i, json.loads(line)) for i, line in enumerate(chosen)], stop < row.num_records

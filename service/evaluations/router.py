@@ -10,7 +10,7 @@ from service.evaluations.schemas import (
     EvaluationSampleOut,
     EvaluationUsage,
 )
-from service.http.deps import SessionDep, SettingsDep, TenantDep
+from service.http.deps import SessionDep, SettingsDep, StorageDep, TenantDep
 from service.http.idempotency import Idempotent, IdempotentRoute
 from service.http.openapi import problems
 from service.models import Evaluation, EvaluationSample
@@ -73,11 +73,15 @@ def _sample(row: EvaluationSample) -> EvaluationSampleOut:
     responses=problems(402, 409, 413, 429),
 )
 def create_evaluation(
-    body: EvaluationCreate, session: SessionDep, tenant: TenantDep, settings: SettingsDep
+    body: EvaluationCreate,
+    session: SessionDep,
+    tenant: TenantDep,
+    settings: SettingsDep,
+    storage: StorageDep,
 ) -> EvaluationOut:
     """Queue an evaluation: a worker of `queue` samples the model on the dataset and scores
     every completion; poll `GET /v1/evaluations/{id}` for `results`."""
-    return _out(service.submit(session, settings, tenant, body))
+    return _out(service.submit(session, storage, settings, tenant, body))
 
 
 @router.get("", response_model=Page[EvaluationOut])

@@ -20,12 +20,14 @@ from service.evaluations import rows
 from service.evaluations.schemas import EvaluationCreate
 from service.http.wakeups import wake_evaluation_after_commit
 from service.jobs import open_jobs
+from service.jobs.field_checks import FieldUse, check_verifier_fields
 from service.jobs.model_checks import check_queue
 from service.models import Dataset, Evaluation, EvaluationSample, Job
 from service.models.base import utcnow
 from service.settings import Settings
+from service.storage import ObjectStorage
 from service.usage import budget
-from service.verifiers.service import VERIFIERS
+from service.verifiers.service import VERIFIERS, make_resolver
 from workers.grpo.config import GenerationParams
 
 log = logging.getLogger(__name__)
@@ -77,7 +79,11 @@ def _generation(session: Session, body: EvaluationCreate, base: ResolvedBase) ->
 
 
 def validate(
-    session: Session, settings: Settings, tenant_id: str, body: EvaluationCreate
+    session: Session,
+    storage: ObjectStorage,
+    settings: Settings,
+    tenant_id: str,
+    body: EvaluationCreate,
 ) -> tuple[dict[str, Any], ResolvedBase]:
     """Every reference resolved and pinned: the spec the worker runs, or a 422 naming every
     bad field."""
@@ -100,6 +106,9 @@ def validate(
                 {"name": row.name, "version": row.version, "weight": ref.weight,
                  "sha256": row.sha256}
             )  # fmt: skip
+    if dataset is not None and len(pinned) == len(body.verifiers):  # every reference pinned
+        uses = [FieldUse("verifiers", pinned, dataset)]
+        errors += check_verifier_fields(storage, uses, make_resolver(session, tenant_id))
     errors += check_queue(body, settings)  # type: ignore[arg-type]  # reads `queue` only
     if errors:
         raise invalid(errors)
@@ -118,9 +127,13 @@ def validate(
 
 
 def submit(
-    session: Session, settings: Settings, tenant_id: str, body: EvaluationCreate
+    session: Session,
+    storage: ObjectStorage,
+    settings: Settings,
+    tenant_id: str,
+    body: EvaluationCreate,
 ) -> Evaluation:
-    spec, base = validate(session, settings, tenant_id, body)
+    spec, base = validate(session, storage, settings, tenant_id, body)
     budget.refuse_over_budget(session, tenant_id)  # 402 after the 422s, as POST /v1/jobs
     refuse_too_many_open(session, settings, tenant_id)
     row = Evaluation(

@@ -80,11 +80,11 @@ class JobCreate(TrainSpec):
     dataset: str = Field(
         min_length=1,
         max_length=200,
-        description="Training dataset: its id (ds_…), or its name when only one dataset of "
-        "yours has it (the stored spec then holds the id).",
+        description="Training dataset: its id (ds_…), or its name: the newest dataset of "
+        "yours with it (the stored spec then holds the id).",
     )
     eval_dataset: str | None = Field(
-        None, max_length=200, description="Held-out dataset: id, or unambiguous name."
+        None, max_length=200, description="Held-out dataset: id, or name (the newest)."
     )
     verifiers: list[VerifierRef] = Field(
         default_factory=list,

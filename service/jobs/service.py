@@ -17,6 +17,7 @@ from service.datasets.service import find_dataset_by_reference
 from service.environments.service import ENVIRONMENTS
 from service.http.wakeups import wake_job_after_commit
 from service.jobs import lifecycle, model_checks, open_jobs, pausing, queue_checks
+from service.jobs.field_checks import check_job_fields
 from service.jobs.schemas import JobCreate, VerifierRef
 from service.jobs.tracker_checks import check_trackers
 from service.models import (
@@ -31,8 +32,8 @@ from service.queues import worker_registry
 from service.settings import Settings
 from service.storage import ObjectStorage
 from service.usage import budget
-from service.verifiers.limits import Resolved, check_sandbox_caps
-from service.verifiers.service import VERIFIERS
+from service.verifiers.limits import Resolved, check_sandbox_caps, memoized
+from service.verifiers.service import VERIFIERS, make_resolver
 from workers.grpo.memory import MemoryEstimate
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,11 @@ def validate_submission(
         eval_verifiers, eval_errors = [dict(v) for v in verifiers], []
     environment, environment_errors = _pin_environment(session, tenant_id, body)
     errors += verifier_errors + eval_errors + environment_errors
+    pinned = {"verifiers": verifiers} if not verifier_errors else {}
+    if body.eval_verifiers is not None and not eval_errors:
+        pinned["eval_verifiers"] = eval_verifiers
+    resolve = memoized(make_resolver(session, tenant_id), read)
+    errors += check_job_fields(storage, body, datasets, pinned, resolve)
     errors += model_checks.check_queue(body, settings)
     errors += queue_checks.check_devices(session, body, settings)
     errors += check_trackers(session, tenant_id, body, settings)

@@ -21,7 +21,8 @@ class Dataset(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     # For the checks at submission: whether any prompt is chat messages, and the longest
     # prompt in tokens per model (`{"chat": bool, "tokens": {"name@revision": n}}`), filled
-    # the first time a job names the pair.
+    # the first time a job names the pair; the first records' field names (`"fields"`), the
+    # first time a job's verifiers need one (`service.jobs.field_checks`).
     prompt_stats: Mapped[dict] = mapped_column(default=dict)
     deleted_at: Mapped[datetime | None] = mapped_column(default=None)
     # Set when the dataset was uploaded as an OpenAI file (POST /v1/files): `fine-tune`.

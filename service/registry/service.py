@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from service.core.ids import new_id
 from service.core.problems import FieldError, not_found
+from service.core.suggest import MAX_NAMES, did_you_mean
 from service.models import NamedVersion
 from service.registry.schemas import VersionCreate
 from service.settings import Settings
@@ -97,4 +98,11 @@ class Registry(Generic[Row]):
         if row is not None:
             return row
         label = name if version is None else f"{name} version {version}"
-        return FieldError(path=path, message=f"no {self.what} {label}")
+        hint = did_you_mean(name, self.names(session, tenant_id))
+        return FieldError(path=path, message=f"no {self.what} {label}{hint}")
+
+    def names(self, session: Session, tenant_id: str) -> list[str]:
+        """The tenant's names (its own only: they are offered in "did you mean")."""
+        model = self.model
+        stmt = select(model.name).where(model.tenant_id == tenant_id).distinct()
+        return list(session.scalars(stmt.limit(MAX_NAMES)))

@@ -41,7 +41,7 @@ def check_sandbox_caps(
     `environment`: the job names a multi-turn environment, one sandbox more. `known`: versions
     the caller has read already, (name, version) -> (version, kind, config)."""
     cap = settings.max_python_sandboxes_per_job
-    resolve = _memoized(make_resolver(session, tenant_id), known)
+    resolve = memoized(make_resolver(session, tenant_id), known)
     train = _count(pinned_verifiers, resolve) + int(environment)
     evaluation = _count(pinned_eval_verifiers, resolve)
     if train > cap:
@@ -81,7 +81,7 @@ def _count(pinned: list[dict[str, Any]], resolve: Resolver) -> int:
     return n
 
 
-def _memoized(
+def memoized(
     resolve: Resolver, known: dict[tuple[str, int | None], Resolved] | None = None
 ) -> Resolver:
     """Each (name, version) read once: eval_verifiers usually repeat the verifiers."""

@@ -19,7 +19,7 @@ from service.models import Job
 from service.storage import open_storage_from_settings
 from service.training.rollout_store import RolloutWriter
 from tests.api.conftest import tenant_client
-from tests.api.helpers import make_dataset, make_job, make_verifier, problem
+from tests.api.helpers import job_body, make_dataset, make_job, make_verifier, problem
 from tests.e2e.services import RunningService
 
 CHAT = [{"role": "user", "content": "Say 2"}]
@@ -154,7 +154,12 @@ def test_dpo_pairs_best_and_worst_of_groups_that_differ(tenant: httpx.Client, jo
 def test_a_made_dataset_trains_a_job(tenant: httpx.Client, job_id: str) -> None:
     # step 1's prompts are plain text, as the tiny model (no chat template) needs
     ds = make(tenant, job_id=job_id, format="sft", steps=[1]).json()["id"]
-    job = make_job(tenant, ds)
+    # its records are {prompt, completion, reward}: `em` (it reads `answer`) is refused
+    refused = tenant.post("/v1/jobs", json=job_body(ds))
+    assert "'answer'" in problem(refused, 422)["errors"][0]["message"]
+    any_digit = {"name": "any-digit", "kind": "regex", "config": {"pattern": "[0-9]"}}
+    assert tenant.post("/v1/verifiers", json=any_digit).status_code == 201
+    job = make_job(tenant, ds, verifiers=[{"name": "any-digit"}])
     assert job["status"] == "queued" and job["spec"]["dataset"] == ds
 
 

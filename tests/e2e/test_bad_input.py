@@ -28,7 +28,8 @@ def paths(r: httpx.Response) -> list[str]:
 
 
 def _dataset(client: httpx.Client) -> str:
-    r = client.post("/v1/datasets", json={"name": "d", "records": [{"prompt": "Digit 1:"}]})
+    records = [{"prompt": "Digit 1:", "answer": "1"}]  # the field `em` compares with
+    r = client.post("/v1/datasets", json={"name": "d", "records": records})
     assert r.status_code == 201, r.text
     return r.json()["id"]
 
@@ -174,10 +175,12 @@ def test_verifier_that_raises_is_counted_not_fatal(
 
 
 def test_a_verifier_that_fails_on_every_completion_fails_the_job(client: httpx.Client) -> None:
-    source = "def verify(prompt, completion, **kw):\n    return kw['answer'] == completion\n"
+    # It reads a field the records have (one they lack is refused at submission:
+    # tests/api/test_verifier_fields.py) and fails on every completion all the same.
+    source = "def verify(prompt, completion, target):\n    return float(target) / 0\n"
     r = client.post(
         "/v1/verifiers",
-        json={"name": "wrong-field", "kind": "python", "config": {"source": source}},
+        json={"name": "divides-by-zero", "kind": "python", "config": {"source": source}},
     )
     assert r.status_code == 201, r.text
     records = [{"prompt": f"Digit {d}:", "target": str(d)} for d in (1, 2)]
@@ -187,7 +190,7 @@ def test_a_verifier_that_fails_on_every_completion_fails_the_job(client: httpx.C
         json={
             "base_model": TINY,
             "dataset": ds,
-            "verifiers": [{"name": "wrong-field"}],
+            "verifiers": [{"name": "divides-by-zero"}],
             "grpo": {"steps": 5, "prompts_per_step": 2, "group_size": 2},
             "generation": {"max_new_tokens": 4},
         },
@@ -196,8 +199,8 @@ def test_a_verifier_that_fails_on_every_completion_fails_the_job(client: httpx.C
     final = wait_final(client, r.json()["id"], timeout=200)
     assert final["status"] == "failed" and final["error"]["code"] == "verifier_errors", final
     message = final["error"]["message"]
-    assert "step 1: every score failed" in message and "KeyError" in message, message
-    assert "verifier 'wrong-field'" in message and "on the completion" in message
+    assert "step 1: every score failed" in message and "ZeroDivisionError" in message, message
+    assert "verifier 'divides-by-zero'" in message and "on the completion" in message
 
 
 def test_auth(embedded_service: RunningService, client: httpx.Client, tiny_model_dir: Path) -> None:

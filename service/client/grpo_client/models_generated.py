@@ -887,11 +887,11 @@ class JobCreate(BaseModel):
     """
     dataset: constr(min_length=1, max_length=200) = Field(..., title="Dataset")
     """
-    Training dataset: its id (ds_…), or its name when only one dataset of yours has it (the stored spec then holds the id).
+    Training dataset: its id (ds_…), or its name: the newest dataset of yours with it (the stored spec then holds the id).
     """
     eval_dataset: constr(max_length=200) | None = Field(None, title="Eval Dataset")
     """
-    Held-out dataset: id, or unambiguous name.
+    Held-out dataset: id, or name (the newest).
     """
     verifiers: list[VerifierRef] | None = Field(None, max_length=16, title="Verifiers")
     """
