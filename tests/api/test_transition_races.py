@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import httpx
+import pytest
 from sqlalchemy import make_url, text
 from sqlalchemy.orm import Session
 
@@ -88,17 +89,22 @@ def _statuses(client: httpx.Client, job_id: str) -> list[str]:
     return [e["data"]["status"] for e in events if e["type"] == "status"]
 
 
-def test_a_cancel_never_overwrites_a_success_committed_after_its_read(
-    api_pg: RunningService,
+@pytest.mark.parametrize(
+    ("verb", "refusal"), [("cancel", "already succeeded"), ("pause", "is succeeded")]
+)
+def test_a_cancel_or_pause_never_overwrites_a_success_committed_after_its_read(
+    api_pg: RunningService, verb: str, refusal: str
 ) -> None:
+    """The request read `running`; the run's success commits before its write: 409 naming the
+    final status, and the job stays `succeeded`."""
     client, job_id = _job(api_pg)
     epoch = _claimed(api_pg, job_id)
 
     def succeed(session: Session) -> None:
         assert lifecycle.finish(session, job_id, epoch, "succeeded")
 
-    cancel = _while_held(api_pg, succeed, lambda: client.post(f"/v1/jobs/{job_id}/cancel"))
-    assert "already succeeded" in problem(cancel, 409)["detail"]
+    answer = _while_held(api_pg, succeed, lambda: client.post(f"/v1/jobs/{job_id}/{verb}"))
+    assert refusal in problem(answer, 409)["detail"]
     assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "succeeded"
     assert _statuses(client, job_id) == ["queued", "running", "succeeded"]
 
@@ -117,20 +123,6 @@ def test_a_cancel_moves_by_the_status_it_finds_not_the_one_it_read(
     assert cancel.status_code == 202 and cancel.json()["status"] == "cancelling", cancel.text
     assert client.get(f"/v1/jobs/{job_id}").json()["finished_at"] is None
     assert _statuses(client, job_id) == ["queued", "running", "cancelling"]
-
-
-def test_a_pause_that_lost_to_a_success_answers_the_final_status(
-    api_pg: RunningService,
-) -> None:
-    client, job_id = _job(api_pg)
-    epoch = _claimed(api_pg, job_id)
-
-    def succeed(session: Session) -> None:
-        assert lifecycle.finish(session, job_id, epoch, "succeeded")
-
-    pause = _while_held(api_pg, succeed, lambda: client.post(f"/v1/jobs/{job_id}/pause"))
-    assert f"job '{job_id}' is succeeded" in problem(pause, 409)["detail"]
-    assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "succeeded"
 
 
 def test_a_resume_that_lost_to_a_cancel_answers_the_final_status(

@@ -137,33 +137,31 @@ def test_a_catalog_model_gone_from_disk_fails_the_job_with_reason(
     assert final["error"]["code"] == "model_load_error"
 
 
-def test_verifier_that_raises_is_counted_not_fatal(
-    client: httpx.Client, tiny_model_dir: Path
-) -> None:
+def _train_with(
+    client: httpx.Client, verifier: str, source: str, records: list[dict], steps: int, prompts: int
+) -> dict:
+    """A python verifier of `source` and a dataset of `records`, trained on (G = 2, 4 new
+    tokens) to its end: the final job."""
+    body = {"name": verifier, "kind": "python", "config": {"source": source}}
+    assert (r := client.post("/v1/verifiers", json=body)).status_code == 201, r.text
+    ds = client.post("/v1/datasets", json={"name": verifier, "records": records}).json()["id"]
+    grpo = {"steps": steps, "prompts_per_step": prompts, "group_size": 2}
+    r = client.post("/v1/jobs", json={"base_model": TINY, "dataset": ds, "grpo": grpo,
+                                      "verifiers": [{"name": verifier}],
+                                      "generation": {"max_new_tokens": 4}})  # fmt: skip
+    assert r.status_code == 201, r.text
+    return wait_final(client, r.json()["id"], timeout=200)
+
+
+def test_verifier_that_raises_is_counted_not_fatal(client: httpx.Client) -> None:
     source = (
         "def verify(prompt, completion, digit, **kw):\n"
         "    if digit % 2:\n"
         "        raise ValueError('odd digits are not supported')\n"
         "    return 1.0\n"
     )
-    r = client.post(
-        "/v1/verifiers", json={"name": "flaky", "kind": "python", "config": {"source": source}}
-    )
-    assert r.status_code == 201, r.text
     records = [{"prompt": f"Digit {d}:", "digit": d} for d in (1, 2, 3, 4)]
-    ds = client.post("/v1/datasets", json={"name": "mixed", "records": records}).json()["id"]
-    r = client.post(
-        "/v1/jobs",
-        json={
-            "base_model": TINY,
-            "dataset": ds,
-            "verifiers": [{"name": "flaky"}],
-            "grpo": {"steps": 2, "prompts_per_step": 4, "group_size": 2},
-            "generation": {"max_new_tokens": 4},
-        },
-    )
-    assert r.status_code == 201, r.text
-    final = wait_final(client, r.json()["id"], timeout=200)
+    final = _train_with(client, "flaky", source, records, steps=2, prompts=4)
     assert final["status"] == "succeeded", final
     rows = client.get(f"/v1/jobs/{final['id']}/metrics").json()["data"]
     assert sum(row["errors/flaky"] for row in rows) == 2 * 2 * 2  # 2 odd prompts x G=2 x 2 steps
@@ -178,25 +176,8 @@ def test_a_verifier_that_fails_on_every_completion_fails_the_job(client: httpx.C
     # It reads a field the records have (one they lack is refused at submission:
     # tests/api/test_verifier_fields.py) and fails on every completion all the same.
     source = "def verify(prompt, completion, target):\n    return float(target) / 0\n"
-    r = client.post(
-        "/v1/verifiers",
-        json={"name": "divides-by-zero", "kind": "python", "config": {"source": source}},
-    )
-    assert r.status_code == 201, r.text
     records = [{"prompt": f"Digit {d}:", "target": str(d)} for d in (1, 2)]
-    ds = client.post("/v1/datasets", json={"name": "targets", "records": records}).json()["id"]
-    r = client.post(
-        "/v1/jobs",
-        json={
-            "base_model": TINY,
-            "dataset": ds,
-            "verifiers": [{"name": "divides-by-zero"}],
-            "grpo": {"steps": 5, "prompts_per_step": 2, "group_size": 2},
-            "generation": {"max_new_tokens": 4},
-        },
-    )
-    assert r.status_code == 201, r.text
-    final = wait_final(client, r.json()["id"], timeout=200)
+    final = _train_with(client, "divides-by-zero", source, records, steps=5, prompts=2)
     assert final["status"] == "failed" and final["error"]["code"] == "verifier_errors", final
     message = final["error"]["message"]
     assert "step 1: every score failed" in message and "ZeroDivisionError" in message, message
