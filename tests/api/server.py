@@ -38,10 +38,6 @@ LIMITS = {
     # No worker here: a pre-flight answers 202 at once, still queued.
     "GRPO_PREFLIGHT_WAIT_S": "0",
     "GRPO_EVAL_MAX_RECORDS": "10",
-    "GRPO_EVAL_MAX_OPEN_PER_TENANT": "3",
-    "GRPO_EVAL_OPEN_RETRY_AFTER_S": "9",
-    "GRPO_TINKER_MAX_OPEN_SESSIONS": "3",
-    "GRPO_TINKER_SESSIONS_RETRY_AFTER_S": "11",
     # No tinker worker here: a pending request's retrieve_future answers try_again soon.
     "GRPO_TINKER_LONG_POLL_S": "0.2",
 }
