@@ -217,7 +217,7 @@ def test_a_graders_url_is_refused_and_a_strangers_checkpoint_is_missing(
     bad_input = [{"role": "user", "content": "x", "url": "http://127.0.0.1:6379"}]
     with pytest.raises(openai.UnprocessableEntityError) as info:
         client.fine_tuning.alpha.graders.validate(grader=score_model(input=bad_input))  # type: ignore[arg-type]
-    assert info.value.body["errors"][0]["path"] == "$.grader.input.0.url"  # type: ignore[index]
+    assert info.value.param == "grader.input.0.url"  # OpenAI's error object
 
     owner = svc.client(svc.new_key(f"judge-owner-{secrets.token_hex(4)}"))
     make_verifier(owner)
@@ -229,10 +229,11 @@ def test_a_graders_url_is_refused_and_a_strangers_checkpoint_is_missing(
                  "graders": {"q": score_model(model=model)}}  # fmt: skip
         with pytest.raises(openai.UnprocessableEntityError) as info:
             client.fine_tuning.alpha.graders.validate(grader=multi)  # type: ignore[arg-type]
-        (error,) = info.value.body["errors"]  # type: ignore[index]
+        error = info.value.body
+        assert isinstance(error, dict)
         errors[model] = {**error, "message": error["message"].replace(model, "X")}
     assert errors[ckpt] == errors[missing]
-    assert errors[ckpt]["path"] == "$.grader.graders.q.model"
+    assert errors[ckpt]["param"] == "grader.graders.q.model"
     own = owner.post("/v1/fine_tuning/alpha/graders/validate", json={
         "grader": score_model(model=ckpt)})  # fmt: skip
     assert own.status_code == 200, own.text
