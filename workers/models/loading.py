@@ -12,12 +12,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 # at import, not inside the load: a run measures its peak memory from before it loads a model
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+if TYPE_CHECKING:  # a type only: importing it loads modeling_utils before the run's baseline
+    from transformers import PreTrainedModel
 
 from workers.models.dtypes import resolve_precision, stored_dtype, weights_dtype
 from workers.models.layout import use_cpu_weight_layout

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 from peft import (
@@ -29,8 +29,10 @@ from peft import (
 )
 from safetensors.torch import save_file
 from torch import nn
-from torch.nn.modules.module import _IncompatibleKeys
-from transformers import PreTrainedModel
+
+if TYPE_CHECKING:  # types only: importing them loads modeling_utils before a run's baseline
+    from torch.nn.modules.module import _IncompatibleKeys
+    from transformers import PreTrainedModel
 
 
 def lora_config(
@@ -78,7 +80,7 @@ def merge_adapters(model: PreTrainedModel, paths: Iterable[str | Path]) -> PreTr
     parameters train afterwards (`loading.load_pretrained` does)."""
     for path in paths:
         # peft types the unwrapped model as any Module; it is the model it wrapped
-        model = cast(PreTrainedModel, load_adapter(model, path).merge_and_unload())
+        model = cast("PreTrainedModel", load_adapter(model, path).merge_and_unload())
     return model
 
 
@@ -92,7 +94,7 @@ def load_adapter_state(model: PeftModel, name: str, state: dict[str, torch.Tenso
     """Set adapter `name`'s matrices from `adapter_state`'s dict; one missing or unexpected
     is a ValueError (peft only warns), so a state of another shape never half-loads."""
     # peft annotates the result as `namedtuple`: it is torch's `load_state_dict` result
-    result = cast(_IncompatibleKeys, set_peft_model_state_dict(model, state, adapter_name=name))
+    result = cast("_IncompatibleKeys", set_peft_model_state_dict(model, state, adapter_name=name))
     missing = [k for k in result.missing_keys if f".{name}." in k]
     if missing or result.unexpected_keys:
         raise ValueError(f"adapter weights do not fit: missing {missing[:3]}, "
