@@ -38,6 +38,7 @@ def enqueued(sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr(runner, "session_scope", scope)
     monkeypatch.setattr(supervisor, "session_scope", scope)
+    monkeypatch.setattr(kinds, "session_scope", scope)  # the claim's device turn
     sent: list[str] = []
     monkeypatch.setattr(
         kinds.worker, "enqueue_training", lambda job_id, _queue, _devices=1: sent.append(job_id)
