@@ -44,6 +44,7 @@ from sqlalchemy.orm import Session
 from service.core import leases
 from service.core.db import rows_matched
 from service.core.leases import LeaseLost as LeaseLost  # raised by fence and renew
+from service.jobs import openai_metrics
 from service.models import FINAL_STATUSES, Checkpoint, Job, JobEvent, JobMetric, RolloutFile
 from service.models.base import utcnow
 from service.webhooks import outbox  # noqa: F401  (adds each event's webhook deliveries)
@@ -115,20 +116,12 @@ def record_step(
         .returning(Job.fine_tuning, Job.total_steps)
     ).one()
     if job.fine_tuning is not None:  # OpenAI's clients read a step's metrics as an event
-        add_event(session, job_id, "metrics", *metrics_event(step, job.total_steps, metrics))
-
-
-def metrics_event(
-    step: int, total_steps: int, metrics: dict[str, Any]
-) -> tuple[str, dict[str, Any]]:
-    """A step's `metrics` event of a fine-tuning job, as OpenAI's: the message and its data
-    (`step`, `total_steps`, `train_reward_mean`, `train_loss`, `valid_reward_mean`)."""
-    names = {"reward_mean": "train_reward_mean", "loss": "train_loss",
-             "eval_reward_mean": "valid_reward_mean"}  # fmt: skip
-    data: dict[str, Any] = {"step": step, "total_steps": total_steps}
-    data |= {theirs: metrics[ours] for ours, theirs in names.items() if ours in metrics}
-    shown = ", ".join(f"{k}={v:.4g}" for k, v in data.items() if k.startswith(("train", "valid")))
-    return f"Step {step}/{total_steps}: {shown}", data
+        add_event(
+            session,
+            job_id,
+            "metrics",
+            *openai_metrics.metrics_event(step, job.total_steps, metrics),
+        )
 
 
 def record_checkpoint(
