@@ -4,30 +4,25 @@
 `ContinuousBatchingManager` (the path of `model.generate_batch`, and of TRL's
 `use_transformers_continuous_batching`): a paged KV cache of fixed-size blocks, a scheduler that
 admits rows as blocks free up, prefill and decode of different rows in one ragged forward, and
-on CUDA its CUDA graphs / compiled decode. Each row is sampled by softmax(processed logits) and
-`torch.multinomial`; a row ends at EOS or at `max_new_tokens`. Scoring and training run the
+on CUDA its CUDA graphs / compiled decode. Each row draws with the engine's kernel (below); a
+row ends at EOS or at `max_new_tokens`. Scoring and training run the
 model's own forward (`backend.PagedBackend` is the reference backend with this sampler).
 
 What it honours, and how:
-- temperature, top-k, top-p: transformers' logits warpers (top-k 1 is greedy); EOS and
-  `max_new_tokens` by the manager. Stop strings after the decode: a row's end is the first step
-  at which its text holds a stop string, found as the reference loop finds it (`stops.BatchStops`);
-  the tokens decoded after it are cut (continuous batching has no stop strings).
-- the sampler's log-probs: the manager's log of the sampled token's probability, which is
-  log softmax(logits / T) when nothing filters the distribution. They are returned only then
-  (top-k 0, top-p 1) and when the decode runs in the precision of the training forward (no
-  autocast: the manager's thread runs outside the caller's bf16 autocast, in the weights' own
-  dtype); otherwise pi_old is scored by a forward, as for any sampler without them.
+- the draw: the engine's one kernel (`draw.draw`) with each row's seeded uniforms
+  (`draw.row_noise`'s), run inside the manager as a per-request logits processor
+  (`paged_draw.RowDraw`): temperature, top-k, top-p and the greedy floor as every decoder has
+  them, and the same completions as the reference sampler for the same seed, so a batch split
+  over N processes samples as one. EOS and `max_new_tokens` end a row in the manager.
+- stop strings after the decode: a row's end is the first step at which its text holds a stop
+  string, found as the reference loop finds it (`stops.BatchStops`); the tokens decoded after
+  it are cut (continuous batching has no stop strings).
+- the sampler's log-probs: the drawn token's log softmax(logits / T), kept by `RowDraw` as it
+  draws (what the other decoders keep), except under autocast: the manager's thread runs
+  outside the caller's bf16 autocast, in the weights' own dtype, so pi_old is then scored by a
+  forward, as for any sampler without them.
 - LoRA: the manager runs the peft-wrapped base model, so the adapters apply at every step
   (nothing is merged). Weights updated in place by the optimizer are read live.
-- the draw (`_draw_settings`, the one decoder not drawing through the engine's kernel,
-  `draw.py`): transformers 5.25 offers no public way to run our draw inside its batching (see
-  `_draw_settings`, docs/engine.md), so the draws come from torch's global generator
-  (multinomial), seeded per batch from one draw of the run's generator (or the episode's named
-  base and rows) and restored afterwards; a temperature below `GREEDY_BELOW` is greedy. The
-  same run on the same process layout samples the same completions; per-row noise
-  (`row_noise`) is not honoured, so a batch split over N processes samples other (equally
-  distributed) completions than one process, and `first_row` only enters the seed.
 - episodes: every turn re-encodes the sequences so far (`continues` is False).
 
 `serving_refusal(model)` says why a loaded model cannot be served (families outside
@@ -47,9 +42,9 @@ import torch
 from torch import Tensor
 
 from workers.grpo.config import GenerationParams
-from workers.grpo.draw import GREEDY_BELOW, RowSeeds, draw_base
+from workers.grpo.draw import RowSeeds, row_noise
 from workers.grpo.paged_support import paged_refusal
-from workers.grpo.sampling import Generation, assemble
+from workers.grpo.sampling import Generation, assemble, settings_of
 from workers.grpo.stops import BatchStops
 from workers.grpo.text import Prompt, encode_groups, pad_id
 
@@ -98,11 +93,16 @@ def _manager_pauses() -> bool:
 
 @dataclass
 class _Decoder:
-    """One manager (a paged cache sized for `blocks` blocks) for one setting of the warpers."""
+    """One manager (a paged cache sized for `blocks` blocks) and the draw it runs."""
 
     manager: Any
+    row_draw: Any  # paged_draw.RowDraw (transformers' batching is imported when it is built)
     blocks: int
     page_size: int
+
+    def fits(self, rows: list[list[int]], longest: int, new_tokens: int) -> bool:
+        cache = len(rows) * _pages(longest, self.page_size) <= self.blocks
+        return cache and self.row_draw.fits(len(rows), new_tokens)
 
 
 class PagedSampler:
@@ -112,8 +112,9 @@ class PagedSampler:
 
     def __init__(self, model: Any, tokenizer: Any, generator: torch.Generator) -> None:
         self.model, self.tokenizer, self.generator = model, tokenizer, generator
-        self.decoders: dict[tuple[float, int, float], _Decoder] = {}
-        # Managers are dropped while the interpreter still runs (theirs reach modules on exit).
+        self.decoders: list[_Decoder] = []  # at most one: the manager of the last batch
+        # The manager is dropped while the interpreter still runs (its thread reaches modules
+        # on exit).
         weakref.finalize(self, self.decoders.clear)
 
     @torch.no_grad()
@@ -130,47 +131,49 @@ class PagedSampler:
         prompt_ids, prompt_mask = encode_groups(tok, prompts, group_size, device)  # (N, P)
         ids_host, mask_host = prompt_ids.cpu(), prompt_mask.cpu().bool()
         rows = [ids_host[i][mask_host[i]].tolist() for i in range(ids_host.shape[0])]
-        base = draw_base(self.generator) if seeds is None else seeds.base
-        names = range(first_row, first_row + len(rows)) if seeds is None else seeds.rows
-        seed = hash((base, *names)) % 2**63  # ints hash alike in every process
-        outputs = self._decode(rows, params, seed)
-        tokens, logprobs = _padded(outputs, pad_id(tok))  # (N, T), (N, T)
+        steps = params.max_new_tokens
+        noise = row_noise(self.generator, first_row, len(rows), steps, device, seeds)  # (N, T)
+        outputs, drawn = self._decode(rows, params, noise)
+        tokens = _padded(outputs, pad_id(tok))  # (N, T)
         ended, stop_len = _ends(tok, tokens, params.stop)
-        exact = params.top_k == 0 and params.top_p == 1.0 and not _autocast_on(device)
-        exact = exact and params.temperature >= GREEDY_BELOW  # greedy: the manager's at T = 1
+        logprobs = drawn[:, : tokens.shape[1]] if keep_logprobs else None
+        if _autocast_on(device):  # drawn in the weights' dtype, not the forward's
+            logprobs = None
         return assemble(tok, prompt_ids, prompt_mask, tokens.to(device), ended.to(device),
-                        stop_len, logprobs.to(device) if keep_logprobs and exact else None,
-                        params, group_size)  # fmt: skip
+                        stop_len, logprobs, params, group_size)  # fmt: skip
 
-    def _decode(self, rows: list[list[int]], params: GenerationParams, seed: int) -> list[Any]:
-        """Every row's `GenerationOutput`, in row order; the global generator is restored."""
+    def _decode(
+        self, rows: list[list[int]], params: GenerationParams, noise: Tensor
+    ) -> tuple[list[Any], Tensor]:
+        """Every row's `GenerationOutput`, in row order, and the drawn tokens' log-probs (N, T)."""
         decoder = self._decoder(rows, params)
         manager, device = decoder.manager, self.model.device
+        settings = settings_of(params, 1, device)  # reads alike for any number of rows
+        # The manager reseeds torch's global generator as it starts (for tensor parallelism):
+        # the run's own draws outside the decode stay as without it.
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             manager.start()
             try:
-                # Paused, the loop takes every request at its next step: the batches, and so
-                # the order of the draws, depend on the rows only, not on thread timing.
+                # Paused, the loop takes every request at its next step, after `begin` has
+                # named each request's row.
                 with manager.pause():
-                    torch.manual_seed(seed)
                     ids = manager.add_requests(rows, max_new_tokens=params.max_new_tokens)
+                    decoder.row_draw.begin(ids, noise, settings)
                 done = _collect(manager, ids)
             finally:
                 manager.stop(block=True, keep_for_next_session=True)
-        return [done[i] for i in ids]
+        drawn = decoder.row_draw.kept_logprobs(len(rows), params.max_new_tokens)
+        return [done[i] for i in ids], drawn
 
     def _decoder(self, rows: list[list[int]], params: GenerationParams) -> _Decoder:
-        """The manager of these warper settings, rebuilt when its cache is too small."""
-        key = (params.temperature, params.top_k, params.top_p)
+        """The sampler's manager, rebuilt when its cache or its draw's tables are too small."""
         longest = max(len(r) for r in rows) + params.max_new_tokens
-        decoder = self.decoders.get(key)
-        if decoder is not None and len(rows) * _pages(longest, decoder.page_size) <= decoder.blocks:
-            return decoder
-        if decoder is not None:
-            decoder.manager.destroy()
-        self.decoders[key] = decoder = _new_decoder(self.model, self.tokenizer, params, rows,
-                                                    longest)  # fmt: skip
-        return decoder
+        if self.decoders and self.decoders[0].fits(rows, longest, params.max_new_tokens):
+            return self.decoders[0]
+        for old in self.decoders:
+            old.manager.destroy()
+        self.decoders[:] = [_new_decoder(self.model, self.tokenizer, params, rows, longest)]
+        return self.decoders[0]
 
 
 def _new_decoder(
@@ -181,11 +184,13 @@ def _new_decoder(
     from transformers.generation.continuous_batching import ContinuousBatchingManager
     from transformers.generation.continuous_batching.utils import WorkloadHints
 
+    from workers.grpo.paged_draw import RowDraw, RowDrawList
+
     # Pages as long as the longest row (16 to 256 tokens): every row holds whole pages.
     page_size = min(256, max(16, 1 << (longest - 1).bit_length()))
     blocks = len(rows) * _pages(longest, page_size)
     generation = GenerationConfig(
-        **_draw_settings(params),
+        do_sample=False,  # the argmax of `RowDraw`'s one-hot logits: our draw
         max_new_tokens=params.max_new_tokens,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=pad_id(tokenizer),
@@ -195,27 +200,14 @@ def _new_decoder(
         num_blocks=blocks,
         # a forward takes every row's prompt at once, or all rows' next tokens
         max_batch_tokens=max(len(rows), min(8192, sum(len(r) for r in rows))),
-        return_logprobs=True,
         # CUDA graphs of transformers' own decode, opt-in until measured faster on a GPU
         use_cuda_graph=True if os.environ.get("GRPO_PAGED_CUDA_GRAPHS") == "1" else None,
     )
     hints = WorkloadHints(max(len(r) for r in rows), params.max_new_tokens, len(rows))
     manager = ContinuousBatchingManager(_base_model(model), generation, batching, hints)
-    return _Decoder(manager, blocks, page_size)
-
-
-def _draw_settings(params: GenerationParams) -> dict[str, Any]:
-    """Paged's draw, the one decoder not drawing through the engine's kernel (`draw.py`): the
-    manager's own sampling step (transformers' warpers, then `torch.multinomial` from torch's
-    global generator, seeded per batch in `PagedSampler._decode`; the argmax below
-    `GREEDY_BELOW`). transformers 5.25 has no public hook to replace it: the manager builds its
-    logits processors from the GenerationConfig alone (no custom processor can be passed), only
-    its built-in warpers receive per-request arguments, and the draw itself is its batch
-    processor's private `_sample`, given neither a request's identity nor its step."""
-    if params.temperature < GREEDY_BELOW:
-        return {"do_sample": False}
-    return {"do_sample": True, "temperature": params.temperature,
-            "top_k": params.top_k or None, "top_p": params.top_p}  # fmt: skip
+    row_draw = RowDraw(len(rows), params.max_new_tokens, model.device)
+    manager.logit_processor = RowDrawList(row_draw)  # read when its thread starts
+    return _Decoder(manager, row_draw, blocks, page_size)
 
 
 def _pages(length: int, page_size: int) -> int:
@@ -240,16 +232,13 @@ def _collect(manager: Any, ids: list[str]) -> dict[str, Any]:
     return done
 
 
-def _padded(outputs: list[Any], pad: int) -> tuple[Tensor, Tensor]:
-    """Sampled ids (N, T) padded after each row's end, and their log-probs (N, T), 0 there."""
+def _padded(outputs: list[Any], pad: int) -> Tensor:
+    """Sampled ids (N, T) padded after each row's end."""
     width = max(1, max(len(o.generated_tokens) for o in outputs))
     tokens = torch.full((len(outputs), width), pad, dtype=torch.long)  # (N, T)
-    logprobs = torch.zeros((len(outputs), width), dtype=torch.float32)  # (N, T)
     for i, o in enumerate(outputs):
         tokens[i, : len(o.generated_tokens)] = torch.tensor(o.generated_tokens, dtype=torch.long)
-        if o.logprobs:
-            logprobs[i, : len(o.logprobs)] = torch.tensor(o.logprobs, dtype=torch.float32)
-    return tokens, logprobs
+    return tokens
 
 
 def _ends(tokenizer: Any, tokens: Tensor, stops: list[str]) -> tuple[Tensor, list[int | None]]:

@@ -1,7 +1,9 @@
-"""The paged engine (transformers' continuous batching) is pinned to the reference path: its
-log-probs are the reference forward's of the same ids, its greedy completions are the reference
-sampler's (stop strings, `max_new_tokens`, LoRA adapters and every served family included),
-and a short run with it trains. `grpo.engine` / `GRPO_ENGINE` choose it."""
+"""The paged engine (transformers' continuous batching) is pinned to the reference path: it
+draws with the engine's kernel, so its sampled completions are the reference sampler's for the
+same seed (a batch split in two included) and its log-probs the reference forward's of the same
+ids; its greedy completions are the reference sampler's (stop strings, `max_new_tokens`, LoRA
+adapters and every served family included), and a short run with it trains.
+`grpo.engine` / `GRPO_ENGINE` choose it."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from transformers import MistralConfig, MistralForCausalLM
 from tests.workers.grpo.helpers import Recorder, small_lm, small_spec
 from workers.grpo.backend import PagedBackend, ReferenceBackend, select_backend
 from workers.grpo.config import GenerationParams, GRPOParams
+from workers.grpo.draw import RowSeeds, draw_base
 from workers.grpo.paged import PagedSampler, serving_refusal
 from workers.grpo.sampling import Generation, PlainSampler
 from workers.grpo.trainer import train
@@ -36,14 +39,19 @@ def _paged(model, tokenizer, seed: int = 5, **params) -> Generation:
     return sampler.generate(PROMPTS, 4, gen, keep_logprobs=True)
 
 
-def _greedy_pair(model, tokenizer, **params) -> tuple[Generation, Generation]:
-    """Greedy (top-k 1) completions of the paged and the reference sampler."""
-    gen = GenerationParams(**{"max_new_tokens": 12, "top_k": 1} | params)
+def _pair(model, tokenizer, seed: int = 0, **params) -> tuple[Generation, Generation]:
+    """The completions of the paged and the reference sampler for the same seed."""
+    gen = GenerationParams(**{"max_new_tokens": 12} | params)
     outs = []
     for cls in (PagedSampler, PlainSampler):
-        sampler = cls(model, tokenizer, torch.Generator().manual_seed(0))
+        sampler = cls(model, tokenizer, torch.Generator().manual_seed(seed))
         outs.append(sampler.generate(PROMPTS, 2, gen))
     return outs[0], outs[1]
+
+
+def _greedy_pair(model, tokenizer, **params) -> tuple[Generation, Generation]:
+    """Greedy (top-k 1) completions of the paged and the reference sampler."""
+    return _pair(model, tokenizer, **{"top_k": 1} | params)
 
 
 def _assert_same(paged: Generation, ref: Generation) -> None:
@@ -71,11 +79,38 @@ def test_log_probs_are_the_reference_forwards(model_and_tokenizer) -> None:
     assert out.truncated.any() and not out.truncated.all()
 
 
-def test_log_probs_are_left_out_when_top_k_or_top_p_filter(model_and_tokenizer) -> None:
-    """Its log-probs are then of the filtered distribution, not softmax(logits / T)."""
+@pytest.mark.parametrize("filters", [{"top_k": 20}, {"top_p": 0.9}])
+def test_log_probs_under_top_k_or_top_p_are_the_policys(model_and_tokenizer, filters) -> None:
+    """As every decoder keeps them: log softmax(logits / T), before the filters."""
     model, tokenizer = model_and_tokenizer
-    assert _paged(model, tokenizer, top_k=20).logprobs is None
-    assert _paged(model, tokenizer, top_p=0.9).logprobs is None
+    out = _paged(model, tokenizer, max_new_tokens=8, **filters)
+    with torch.inference_mode():
+        ref = ReferenceBackend().logprobs(model, out, slice(None), slice(None), 0.8)  # (N, T)
+    mask = out.completion_mask.bool()
+    assert out.logprobs is not None
+    torch.testing.assert_close(out.logprobs[mask], ref[mask], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("params", [{}, {"top_k": 20, "top_p": 0.95}, {"temperature": 1.3}])
+def test_sampled_completions_are_the_reference_samplers(plain, params) -> None:
+    """The same kernel and the same seeded uniforms per row and step: the same tokens."""
+    paged, ref = _pair(*plain, seed=3, **{"temperature": 0.9} | params)
+    _assert_same(paged, ref)
+    assert len(set(paged.texts)) > 1  # sampled, not greedy
+
+
+def test_a_batch_split_in_two_samples_as_one(plain) -> None:
+    """Rows keep their noise by their index in the whole batch (`first_row`): N ranks as one."""
+    model, tokenizer = plain
+    gen = GenerationParams(max_new_tokens=10, temperature=0.9)
+    whole = PagedSampler(model, tokenizer, torch.Generator().manual_seed(4))
+    halves = PagedSampler(model, tokenizer, torch.Generator().manual_seed(4))
+    one = whole.generate(PROMPTS, 2, gen)
+    base = torch.Generator().manual_seed(4)
+    seeds = RowSeeds(draw_base(base), [0, 1])
+    first = halves.generate(PROMPTS[:1], 2, gen, seeds=seeds)
+    second = halves.generate(PROMPTS[1:], 2, gen, seeds=seeds.shifted(2))
+    assert first.texts + second.texts == one.texts
 
 
 def test_the_same_seed_samples_the_same_completions(model_and_tokenizer) -> None:
