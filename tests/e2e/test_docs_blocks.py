@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.docs_blocks import RUNNABLE, ROOT, Block, blocks, documents, problems
+from tests.e2e.docs_blocks import ROOT, RUNNABLE, Block, blocks, documents, problems
 from tests.e2e.services import free_port
 
 SKIP_REASONS = ("gpu", "cloud", "network", "installs", "docker", "slow")
@@ -75,7 +75,8 @@ class Session:
         if RUNNABLE[block.lang] == "python":
             program = self.state / f"{len(self.ran)}.py"
             program.write_text(code, encoding="utf-8")
-            code = f'python3 "{program}"\n'
+            # a FutureWarning is an error: the docs call no deprecated API (issue 48, item 10)
+            code = f'python3 -W error::FutureWarning "{program}"\n'
         script = (
             f'__STATE="{self.state}"\ncd "$(cat "$__STATE/cwd")"\nsource "$__STATE/vars.sh"\n'
             f"set -eo pipefail\n{_CURL}\n"
@@ -93,7 +94,12 @@ class Session:
             except subprocess.TimeoutExpired:
                 code_ = -1
         output = log.read_text(errors="replace")
-        assert code_ == 0, f"{block.name} exited {code_}:\n{block.code}\n--- output\n{output[-6000:]}"
+        assert code_ == 0, (
+            f"{block.name} exited {code_}:\n{block.code}\n--- output\n{output[-6000:]}"
+        )
+        # a training example that prints its reward at the first and the last step learned
+        for first, last in re.findall(r"reward ([\d.]+) -> ([\d.]+)", output):
+            assert float(last) > float(first), f"{block.name} learned nothing:\n{output[-3000:]}"
         self.ran.append(block.name)
 
     def run_document(self, doc: str) -> None:
@@ -154,7 +160,9 @@ def test_every_block_runs_or_is_marked_with_a_reason() -> None:
     wrong += [
         f"{b.name}: skip reason {b.marker!r} is none of {SKIP_REASONS}"
         for b in found
-        if b.marker and b.marker.startswith("skip ") and b.marker.split()[1].rstrip(":") not in SKIP_REASONS
+        if b.marker
+        and b.marker.startswith("skip ")
+        and b.marker.split()[1].rstrip(":") not in SKIP_REASONS
     ]
     assert wrong == [], "\n".join(wrong)
 
