@@ -4,11 +4,15 @@ registered as `tiny`, `grpo login`, GRPO_URL and GRPO_API_KEY exported), then ea
 blocks run in order in one shell session of their own, from the state the quickstart left (its
 variables, functions, files), as a reader who followed the quickstart runs them.
 
-What the test changes: the port (a free one for 8000, as another service may hold 8000), and
-curl fails on an HTTP error (`--fail-with-body`), so a block whose request is refused fails
-here. A block the test does not run carries a marker (tests/e2e/docs_blocks.py); a `skip` says
-why, and its reason is one of SKIP_REASONS. Nothing is cached between runs: the model, the
-database and every file are made anew under a temporary folder."""
+What the test changes: the port (a free one for 8000, as another service may hold 8000); curl
+fails on an HTTP error (`--fail-with-body`), so a block whose request is refused fails here; a
+python block fails on a FutureWarning (a deprecated SDK call); and a block that prints
+`reward A -> B` must show B > A (the training examples learn). The model is the quickstart's
+own: `make-tiny-model --chat-template --register tiny`, ~3M parameters, so the training blocks
+take under a second a step on a CPU. A block the test does not run carries a marker
+(tests/e2e/docs_blocks.py); a `skip` says why, and its reason is one of SKIP_REASONS. Nothing
+is cached between runs: the model, the database and every file are made anew under a
+temporary folder."""
 
 from __future__ import annotations
 
