@@ -18,13 +18,15 @@ Peak = weights (+ the fast engine's packed copy for decoding)
        softmax and its gradient in the backward). The lean forward runs each prompt once per
        group and feeds completion positions only (plus the keys and values of each row's
        prompt, joined for its attention); the model's own forward runs every row's prompt
-       and completion, and with gradient checkpointing keeps only each layer's input
+       and completion (with gradient checkpointing it keeps each layer's input, and one
+       layer's values at a time), and its backward holds about two layers' worth more in
+       flight (`OWN_BACKWARD_LAYERS`)
      + a fixed 120 MiB of runtime workspace (allocator, kernels' scratch, the libraries'
        state loaded after the meter's baseline).
 The decode's parts are freed before the training forward's peak (the replay consumes the
 record), yet they count beside the activations: on a CPU the heap keeps the pages of the
 decode's many small tensors while the activations, large, are mapped apart, and the measured
-resident peak holds both (the tiny model's: 0.75 of it without them, 0.99 with).
+resident peak holds both (docs/models.md has the figures).
 
 Each part counts the longest case: every completion max_new_tokens long.
 
@@ -60,8 +62,8 @@ from workers.grpo.config import TrainSpec
 LEAN = (10.5, 4.7, 3.6)  # the fast engine's lean forward (`fast/lean_forward.py`)
 OWN = (7.1, 3.5, 4.0)  # the model's own (transformers') forward
 # and its backward holds about two layers' worth more in flight (gradients of one layer's
-# saved values, the attention's scratch): the tiny model's own-forward peak measured 0.76 of
-# the plan without them (4 layers), SmolLM2's 0.92 (30 layers)
+# saved values, the attention's scratch): fitted to the tiny model's (4 layers) and
+# SmolLM2's (30 layers) measured peaks, docs/models.md
 OWN_BACKWARD_LAYERS = 2
 LOGIT_COPIES = 3  # the scored positions' fp32 logits, their softmax and its gradient
 ACT_PER_LORA = 1.25  # per LoRA-wrapped module and token: x (its input width + rank)
