@@ -143,9 +143,9 @@ def estimate_memory(
     model_bytes = s.num_parameters * FP32
     # one device: the model, and the fast engine's packed copy; N: its shard and, while
     # decoding, the whole weights gathered
-    weights = (2 if fast else 1) * model_bytes if n == 1 else model_bytes + _per_device(
-        model_bytes, n
-    )  # fmt: skip
+    weights = (2 if fast else 1) * model_bytes
+    if n > 1:
+        weights = model_bytes + _per_device(model_bytes, n)
     if spec.lora is None:
         trained = s.num_parameters
         reference = s.num_parameters * half if g.beta > 0 else 0
@@ -165,8 +165,7 @@ def estimate_memory(
         "optimizer": _per_device(trained * 3 * FP32, n),
         "reference": reference,
         "kv_cache": cached * s.num_layers * 2 * s.kv_dim * half,
-        "decode_record": rows * new * s.num_layers * record_width * half if fast and one_batch
-        else 0,
+        "decode_record": rows * new * s.num_layers * record_width * half * (fast and one_batch),
         "activations": _activations(s, spec, prompt_tokens, rows, fast, lora_width, half),
     }  # fmt: skip
     return MemoryEstimate(**parts, total=sum(parts.values()))
