@@ -220,9 +220,9 @@ class JobOut(BaseModel):
     memory_estimate: dict[str, int] | None = Field(
         None,
         description="Peak memory estimated at submission, in bytes, by part (weights, "
-        "optimizer, reference, kv_cache, activations, total), on one device (with "
-        "resources.devices > 1: one device's share); metrics' peak_memory_bytes is the "
-        "measured peak.",
+        "workspace, optimizer, reference, kv_cache, decode_record, activations, total), on one "
+        "device (with resources.devices > 1: one device's share); metrics' peak_memory_bytes "
+        "is the measured peak.",
     )
 
 

@@ -2,7 +2,8 @@
 GGUF file a pip package ships, trains two small steps on chat-shaped records. The GGUF's chat
 template and end-of-sequence token must survive the conversion: the stored rollouts show the
 templated prompt, completions end at <|im_end|> or at max_new_tokens, each step records its
-reward, and the final checkpoint loads with `from_pretrained` and answers."""
+reward and its peak memory, within 25% of the memory plan made at submission, and the final
+checkpoint loads with `from_pretrained` and answers."""
 
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ def test_grpo_on_smollm2_keeps_its_chat_template_and_eos(
         step_rewards = [row["reward"] for row in rows if row["step"] == m["step"]]
         assert math.isfinite(m["reward_mean"])
         assert m["reward_mean"] == pytest.approx(sum(step_rewards) / len(step_rewards))
+    # The plan (`workers/grpo/memory.py`) against the peak the run measured on real weights
+    plan, peak = job["memory_estimate"]["total"], max(m["peak_memory_bytes"] for m in metrics)
+    assert 0.75 <= plan / peak <= 1.25, (job["memory_estimate"], peak)
     check_final_checkpoint_answers(client, job["id"], tmp_path / "ckpt")
 
 

@@ -43,6 +43,8 @@ SHAPES = {
                           "generation": {"max_new_tokens": 16}},
     "lora all-linear": {"lora": {"r": 16}},
     "lora q,v": {"lora": {"r": 16, "target_modules": ["q_proj", "v_proj"]}},
+    "micro-batches of 16": {"grpo": {"micro_batch_size": 16}},
+    "own forward": {"grpo": {"engine": "reference"}},
 }  # fmt: skip
 
 
@@ -64,14 +66,8 @@ def _spec(model: Path, overrides: dict) -> TrainSpec:
 def test_the_estimate_is_within_25_percent_of_the_measured_peak(
     tiny_model_dir: Path, case: str
 ) -> None:
-    import re
-
     spec = _spec(tiny_model_dir, SHAPES[case])
-    facts = inspect_model(tiny_model_dir, "local")
-    shape = ModelShape(
-        facts.num_parameters, facts.hidden_size, facts.intermediate_size, facts.num_layers,
-        facts.kv_dim, facts.vocab_size, facts.lora_targets,
-    )  # fmt: skip
+    shape = _shape(tiny_model_dir)
     fullmatch = lambda p, n: re.fullmatch(p, n) is not None  # noqa: E731
     targets = select_lora_targets(shape.modules, spec.lora.target_modules, fullmatch) if (
         spec.lora) else []  # fmt: skip
@@ -88,54 +84,62 @@ def test_the_estimate_is_within_25_percent_of_the_measured_peak(
 
 
 def test_the_plan_follows_the_spec(tiny_model_dir: Path) -> None:
-    """Hand-checkable parts: bf16 halves the reference, KV cache and activations; a micro-batch
-    of a quarter of the rows keeps a quarter of the activations; LoRA drops the reference."""
+    """Hand-checkable parts: bf16 halves the reference, KV cache and decode record; the fast
+    engine caches each prompt once per group and keeps a decode record only for one
+    micro-batch; a micro-batch of a quarter of the rows keeps a quarter of the activations;
+    the model's own forward caches every row's prompt and has no packed copy."""
     facts = inspect_model(tiny_model_dir, "local")
-    shape = ModelShape(
-        facts.num_parameters, facts.hidden_size, facts.intermediate_size, facts.num_layers,
-        facts.kv_dim, facts.vocab_size, facts.lora_targets,
-    )  # fmt: skip
+    shape = _shape(tiny_model_dir)
     fp32 = estimate_memory(shape, _spec(tiny_model_dir, {}), PROMPT_TOKENS, [])
     bf16 = estimate_memory(
         shape, _spec(tiny_model_dir, {}).model_copy(update={"precision": "bf16"}), 20, []
     )
     assert (bf16.reference, bf16.kv_cache) == (fp32.reference // 2, fp32.kv_cache // 2)
-    assert abs(bf16.activations - fp32.activations / 2) <= 1
+    assert bf16.decode_record == fp32.decode_record // 2 > 0
+    assert bf16.activations < fp32.activations
     assert bf16.weights == fp32.weights and bf16.optimizer == fp32.optimizer
-    # 64 rows x (20 + 64) tokens x 4 layers x 2 x 256 x 4 bytes
-    assert fp32.kv_cache == 64 * 84 * 4 * 2 * 256 * 4
-    quarter = _spec(tiny_model_dir, {"grpo": {"micro_batch_size": 16}})
-    assert abs(estimate_memory(shape, quarter, 20, []).activations - fp32.activations / 4) <= 1
+    # (4 prompts x 20 + 64 rows x 64 new) tokens x 4 layers x 2 x 256 x 4 bytes
+    assert fp32.kv_cache == (4 * 20 + 64 * 64) * 4 * 2 * 256 * 4
+    # 64 rows x 64 steps x 4 layers x (3 x 256 + 2 x 256 + 2 x 512) outputs x 4 bytes
+    assert fp32.decode_record == 64 * 64 * 4 * (3 * 256 + 2 * 256 + 2 * 512) * 4
+    quarter = estimate_memory(shape, _spec(tiny_model_dir, {"grpo": {"micro_batch_size": 16}}),
+                              20, [])  # fmt: skip
+    assert abs(quarter.activations - fp32.activations / 4) <= 1 and quarter.decode_record == 0
     assert fp32.optimizer == 3 * 4 * facts.num_parameters  # gradient + two AdamW moments
+    own = estimate_memory(shape, _spec(tiny_model_dir, {"grpo": {"engine": "reference"}}), 20, [])
+    assert own.kv_cache == 64 * (20 + 64) * 4 * 2 * 256 * 4 and own.decode_record == 0
+    assert own.weights == fp32.weights // 2  # no packed copy
 
 
 def test_the_plan_on_n_devices_is_one_ranks_share(tiny_model_dir: Path) -> None:
-    """FSDP2 over N devices: the optimizer state 1/N, the KV cache and activations of P/N
-    prompts; the whole weights gathered for decoding beside the shard; the reference whole."""
+    """FSDP2 over N devices (the model's own forward): the optimizer state 1/N, the KV cache
+    and activations of P/N prompts; the whole weights gathered for decoding beside the shard;
+    the reference whole."""
     facts = inspect_model(tiny_model_dir, "local")
-    shape = ModelShape(
-        facts.num_parameters, facts.hidden_size, facts.intermediate_size, facts.num_layers,
-        facts.kv_dim, facts.vocab_size, facts.lora_targets,
-    )  # fmt: skip
+    shape = _shape(tiny_model_dir)
     spec = _spec(tiny_model_dir, {})  # 4 prompts x 16, full training, beta > 0
-    one = estimate_memory(shape, spec, PROMPT_TOKENS, [])
+    fast = estimate_memory(shape, spec, PROMPT_TOKENS, [])
+    # one device through the same forward as N: the engine N ranks use
+    one = estimate_memory(
+        shape, _spec(tiny_model_dir, {"grpo": {"engine": "reference"}}), PROMPT_TOKENS, []
+    )
     model = 4 * facts.num_parameters
-    assert one.weights == 2 * model  # the model and the decode's packed copy
+    assert fast.weights == 2 * model and one.weights == model  # the fast one's packed copy
     for n in (2, 4):
         part = estimate_memory(shape, spec, PROMPT_TOKENS, [], devices=n)
         assert part.weights == model + -(-model // n)  # gathered whole, and the shard
         assert part.optimizer == -(-one.optimizer // n)
-        assert part.kv_cache == one.kv_cache // n
+        assert part.kv_cache == one.kv_cache // n and part.decode_record == 0
         assert abs(part.activations - one.activations / n) <= 1
         assert (part.reference, part.workspace) == (one.reference, one.workspace) != (0, 0)
         assert part.total == sum(v for k, v in part.as_dict().items() if k != "total")
-        assert part.total < one.total
+        assert part.total < fast.total
     # A micro-batch smaller than a rank's rows keeps the same activations on any count...
-    small = _spec(tiny_model_dir, {"grpo": {"micro_batch_size": 8}})
+    small = _spec(tiny_model_dir, {"grpo": {"micro_batch_size": 8, "engine": "reference"}})
     per_mb = estimate_memory(shape, small, PROMPT_TOKENS, []).activations
     assert estimate_memory(shape, small, PROMPT_TOKENS, [], devices=4).activations == per_mb
     # ...and a larger one is bounded by the rank's 16 rows: half of the 32-row micro-batch's.
-    large = _spec(tiny_model_dir, {"grpo": {"micro_batch_size": 32}})
+    large = _spec(tiny_model_dir, {"grpo": {"micro_batch_size": 32, "engine": "reference"}})
     per_rank = estimate_memory(shape, large, PROMPT_TOKENS, [], devices=4).activations
     assert abs(per_rank - estimate_memory(shape, large, PROMPT_TOKENS, []).activations / 2) <= 1
     lora = _spec(tiny_model_dir, {"lora": {"r": 16}})
@@ -144,3 +148,11 @@ def test_the_plan_on_n_devices_is_one_ranks_share(tiny_model_dir: Path) -> None:
     lora_one = estimate_memory(shape, lora, PROMPT_TOKENS, targets)
     lora_two = estimate_memory(shape, lora, PROMPT_TOKENS, targets, devices=2)
     assert lora_two.optimizer == -(-lora_one.optimizer // 2) and lora_two.reference == 0
+
+
+def _shape(model: Path) -> ModelShape:
+    facts = inspect_model(model, "local")
+    return ModelShape(
+        facts.num_parameters, facts.hidden_size, facts.intermediate_size, facts.num_layers,
+        facts.kv_dim, facts.vocab_size, facts.lora_targets,
+    )  # fmt: skip
