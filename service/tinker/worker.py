@@ -2,10 +2,10 @@
 
 One process, one thread: it holds one `LoraHost` per catalog base model it was asked for
 (workers/tinker/host.py: the base loaded once, each run its own adapter and optimiser state;
-what each request kind does with it is `request_kinds.py`) and runs one request at a time, in the order `futures.claim_next` gives (a tenant's requests oldest
-first, tenants in turns weighted by their recent device-seconds). Checkpoints go to the
-service's storage as one tar each; the rows that name them are written in the same transaction
-that finishes the request.
+what each request kind does with it is `request_kinds.py`) and runs one request at a time, in
+the order `futures.claim_next` gives (a tenant's requests oldest first, tenants in turns
+weighted by their recent device-seconds). Checkpoints go to the service's storage as one tar
+each; the rows that name them are written in the same transaction that finishes the request.
 
 A forward, forward_backward or sample past GRPO_TINKER_REQUEST_TIMEOUT_S is stopped by the
 engine at its next micro-batch or decoding step (workers.tinker.types.Deadline) and fails.
