@@ -91,7 +91,8 @@ def _free_port() -> int:
 def _start_service(env: dict[str, str], port: int, log_path: Path) -> subprocess.Popen[bytes]:
     log = log_path.open("wb")
     # The API and a worker: the demo asks nothing of the inference server or the Tinker worker.
-    up = [*CLI, "up", "--port", str(port), "--no-serve", "--no-tinker"]
+    # A short grace: on Ctrl-C the demo's job is not worth waiting for.
+    up = [*CLI, "up", "--port", str(port), "--no-serve", "--no-tinker", "--grace-seconds", "10"]
     proc = subprocess.Popen(up, env=env, stdout=log, stderr=log)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
