@@ -185,4 +185,8 @@ def _training_line(s: Settings) -> str:
 
 
 if __name__ == "__main__":
-    run_demo()
+    try:
+        run_demo()
+    except KeyboardInterrupt:  # the `finally` above has stopped the service
+        console.print("interrupted; the service is stopped")
+        raise SystemExit(130) from None
