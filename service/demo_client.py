@@ -158,13 +158,13 @@ def print_table(
     table.add_column("")
     table.add_column("before", overflow="fold")
     table.add_column("after", overflow="fold")
-    n = len(before.samples)
     table.add_row("held-out accuracy (greedy)", f"{before.accuracy:.2f}", f"{after.accuracy:.2f}")
     table.add_row(
         "training reward (first / last 5 steps)", f"{rewards[0]:.2f}", f"{rewards[1]:.2f}"
     )
+    # the same held-out sums, first in the dataset, before and after
     for (question, old, old_ok), (_, new, new_ok) in zip(
-        before.samples, after.samples[:n], strict=False
+        before.samples, after.samples, strict=True
     ):
         table.add_row(question, _answer(old, old_ok), _answer(new, new_ok))
     console.print(table)
