@@ -1,9 +1,12 @@
 """One benchmark training run, with TRL's GRPOTrainer or with this engine, in this process.
 
-Both runs train the same model on the digit task (`service/demo_task.py`) with the same reward,
-written once here as a plain function, and the same settings (`Settings`). Each run reports the
-wall time at the end of every optimizer step, the completion tokens and the mean reward of every
-step, and the process's peak RSS. `vs_trl.py` starts each run in its own subprocess.
+Both runs train the same model on the same task with the same reward and the same settings
+(`Settings`): the digit task (`service/demo_task.py`, its reward written once here as a plain
+function) or two-digit addition (`bench/addition.py`). Each run reports the wall time at the end
+of every optimizer step, the completion tokens and the mean reward of every step, and the
+process's peak RSS; with `held_out` > 0 (addition), also the greedy held-out accuracy of its
+final weights, measured by the one function `addition.greedy_accuracy` for both trainers.
+`vs_trl.py` and `real_model.py` start each run in its own subprocess.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from bench.addition import addition_reward, addition_sets, greedy_accuracy
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -38,6 +43,14 @@ class Settings:
     )
     engine: str | None = None  # ours: grpo.engine (None: the worker's GRPO_ENGINE, auto)
     off_policy: int = 0  # ours: grpo.max_off_policy_steps (where this engine has the field)
+    task: str = "digit"  # or "addition" (bench/addition.py: chat prompts, a real chat model)
+    held_out: int = 0  # addition: greedy accuracy on this many held-out sums after training
+    # ours: the job's own defaults for what the settings above leave open (std, loss
+    # aggregation) instead of TRL's (std "sample", token_mean), as a user's job would run
+    job_defaults: bool = False
+
+
+ADDITION_TRAIN = 400  # training sums; 30 steps x 4 prompts draw 120 of them
 
 
 def digit_reward(completion: str, digit: int) -> float:
@@ -49,10 +62,28 @@ def digit_reward(completion: str, digit: int) -> float:
     return points / len(completion)
 
 
-def records() -> list[dict[str, Any]]:
+def records(s: Settings | None = None) -> list[dict[str, Any]]:
+    """The training records of the settings' task."""
+    if s is not None and s.task == "addition":
+        return addition_sets(ADDITION_TRAIN, s.held_out)[0]
     from service.demo_task import digit_records
 
     return digit_records(40, seed=0)
+
+
+def task_reward(s: Settings) -> tuple[str, Any]:
+    """The record field the task's reward reads, and the reward(completion, field value)."""
+    return ("answer", addition_reward) if s.task == "addition" else ("digit", digit_reward)
+
+
+def held_out_accuracy(model: Any, tokenizer: Any, s: Settings) -> dict[str, Any]:
+    """Greedy accuracy of `model` on the held-out sums (empty when the run measures none)."""
+    if not s.held_out:
+        return {}
+    held = addition_sets(ADDITION_TRAIN, s.held_out)[1]
+    start = time.perf_counter()
+    out = greedy_accuracy(model, tokenizer, held, s.max_new_tokens)
+    return {"held_out": out | {"seconds": time.perf_counter() - start}}
 
 
 def peak_rss_mib() -> float:
@@ -84,13 +115,15 @@ def run_ours(model_dir: str, s: Settings) -> dict:
     from workers.grpo.config import GRPOParams, TrainSpec
     from workers.grpo.trainer import TrainHooks, train
 
-    class DigitScorer:
-        name, weight = "digit", 1.0
+    field, reward = task_reward(s)
+
+    class TaskScorer:
+        name, weight = s.task, 1.0
 
         def score(self, samples: list[dict]) -> tuple[list[float | None], list[str | None]]:
-            return [digit_reward(x["completion"], x["digit"]) for x in samples], [None] * len(
-                samples
-            )
+            return [reward(x["completion"], x[field]) for x in samples], [None] * len(samples)
+
+    matched = {} if s.job_defaults else {"std": "sample", "loss_aggregation": "token_mean"}
 
     spec = TrainSpec(
         base_model=model_dir,
@@ -100,8 +133,7 @@ def run_ours(model_dir: str, s: Settings) -> dict:
             "group_size": s.group_size,
             "learning_rate": s.learning_rate,
             "beta": s.beta,
-            "std": "sample",  # TRL's scale_rewards="group"
-            "loss_aggregation": "token_mean",  # TRL's "dapo"
+            **matched,  # std "sample": TRL's scale_rewards="group"; token_mean: TRL's "dapo"
             "seed": s.seed,
             **({"engine": s.engine} if s.engine else {}),
             **_off_policy(s.off_policy, GRPOParams.model_fields),
@@ -121,15 +153,31 @@ def run_ours(model_dir: str, s: Settings) -> dict:
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as work:
-        train(
+        result = train(
             spec,
-            records(),
-            [DigitScorer()],
+            records(s),
+            [TaskScorer()],
             Path(work),
             TrainHooks(on_step=on_step),
             device=s.device,
         )
-    return _result(ends, start, tokens, rewards) | {"split": split}
+        out = _result(ends, start, tokens, rewards) | {"split": split}
+        if s.held_out and result.final_checkpoint is not None:
+            out |= held_out_accuracy(*_load(str(result.final_checkpoint)), s)
+    return out
+
+
+def _load(model_dir: str) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return model, AutoTokenizer.from_pretrained(model_dir)
+
+
+def run_base(model_dir: str, s: Settings) -> dict:
+    """No training: the held-out accuracy of the model as it is (greedy, so seed-free)."""
+    return held_out_accuracy(*_load(model_dir), s)
 
 
 def _off_policy(steps: int, fields: dict) -> dict:
@@ -146,8 +194,10 @@ def run_trl(model_dir: str, s: Settings) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    def reward(completions: list[str], digit: list[int], **_: Any) -> list[float]:
-        return [digit_reward(c, d) for c, d in zip(completions, digit, strict=True)]
+    field, task = task_reward(s)
+
+    def reward(completions: list[Any], **columns: Any) -> list[float]:
+        return [task(c, v) for c, v in zip(completions, columns[field], strict=True)]
 
     ends, tokens, rewards = [], [], []
 
@@ -189,14 +239,15 @@ def run_trl(model_dir: str, s: Settings) -> dict:
             model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
             reward_funcs=reward,
             args=args,
-            train_dataset=Dataset.from_list(records()),
+            train_dataset=Dataset.from_list(records(s)),
             processing_class=AutoTokenizer.from_pretrained(model_dir),
             callbacks=[Clock()],
             peft_config=None if s.lora_r is None else _lora_config(s.lora_r),
         )
         start = time.perf_counter()
         trainer.train()
-    return _result(ends, start, tokens, rewards)
+    out = _result(ends, start, tokens, rewards)
+    return out | held_out_accuracy(trainer.model, trainer.processing_class, s)
 
 
 def _lora_config(r: int) -> Any:
@@ -211,5 +262,5 @@ def run(which: str, model_dir: str, settings: dict) -> dict:
         import torch
 
         torch.set_num_threads(s.threads)
-    out = (run_trl if which == "trl" else run_ours)(model_dir, s)
+    out = {"trl": run_trl, "ours": run_ours, "base": run_base}[which](model_dir, s)
     return out | {"which": which, "settings": asdict(s)}
