@@ -112,9 +112,10 @@ class PagedSampler:
 
     def __init__(self, model: Any, tokenizer: Any, generator: torch.Generator) -> None:
         self.model, self.tokenizer, self.generator = model, tokenizer, generator
-        self.decoders: list[_Decoder] = []  # at most one: the manager of the last batch
-        # The manager is dropped while the interpreter still runs (its thread reaches modules
-        # on exit).
+        # One manager per setting of the draw (training's, evaluation's greedy one): a
+        # captured CUDA graph holds the draw's settings as constants.
+        self.decoders: dict[tuple[float, int, float], _Decoder] = {}
+        # Managers are dropped while the interpreter still runs (theirs reach modules on exit).
         weakref.finalize(self, self.decoders.clear)
 
     @torch.no_grad()
@@ -166,14 +167,18 @@ class PagedSampler:
         return [done[i] for i in ids], drawn
 
     def _decoder(self, rows: list[list[int]], params: GenerationParams) -> _Decoder:
-        """The sampler's manager, rebuilt when its cache or its draw's tables are too small."""
+        """The manager of these draw settings, rebuilt when its cache or its draw's tables are
+        too small."""
+        key = (params.temperature, params.top_k, params.top_p)
         longest = max(len(r) for r in rows) + params.max_new_tokens
-        if self.decoders and self.decoders[0].fits(rows, longest, params.max_new_tokens):
-            return self.decoders[0]
-        for old in self.decoders:
-            old.manager.destroy()
-        self.decoders[:] = [_new_decoder(self.model, self.tokenizer, params, rows, longest)]
-        return self.decoders[0]
+        decoder = self.decoders.get(key)
+        if decoder is not None and decoder.fits(rows, longest, params.max_new_tokens):
+            return decoder
+        if decoder is not None:
+            decoder.manager.destroy()
+        self.decoders[key] = decoder = _new_decoder(self.model, self.tokenizer, params, rows,
+                                                    longest)  # fmt: skip
+        return decoder
 
 
 def _new_decoder(
