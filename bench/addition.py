@@ -8,35 +8,19 @@ answer may come with words around it ("37 + 45 = 82"), as a chat model writes it
 
 from __future__ import annotations
 
-import random
 import re
 from typing import Any
 
+from service.demo_task import addition_split
+
 INTEGER = re.compile(r"-?\d+")
-HELD_OUT_SEED = 1_000_003  # the held-out sums are drawn apart from any training seed
 
 
-def addition_record(a: int, b: int) -> dict[str, Any]:
-    content = f"What is {a} + {b}?"  # as `make demo` asks (service/demo_task.py)
-    return {"prompt": [{"role": "user", "content": content}], "answer": a + b}
-
-
-def _pairs(n: int, seed: int, exclude: set[tuple[int, int]]) -> list[tuple[int, int]]:
-    rng, out, seen = random.Random(seed), [], set(exclude)
-    while len(out) < n:
-        pair = (rng.randrange(10, 100), rng.randrange(10, 100))
-        if pair not in seen:
-            seen.add(pair)
-            out.append(pair)
-    return out
-
-
-def addition_sets(train: int, held_out: int) -> tuple[list[dict], list[dict]]:
-    """Training records and held-out records: distinct sums of two two-digit numbers, none in
-    both sets. The same for every seed, so runs of different seeds see the same data."""
-    held = _pairs(held_out, HELD_OUT_SEED, set())
-    fit = _pairs(train, 0, set(held))
-    return [addition_record(*p) for p in fit], [addition_record(*p) for p in held]
+def addition_sets(train: int, held_out: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Training records and held-out records: `make demo`'s task and split
+    (`service.demo_task.addition_split`: the same question, no sum in both sets), the same for
+    every seed, so runs of different seeds see the same data."""
+    return addition_split(train, held_out)
 
 
 def last_integer(text: str) -> int | None:
