@@ -202,8 +202,8 @@ def test_slow_receivers_hold_only_their_tenant(sessions: sessionmaker[Session]) 
             _within(lambda: _attempted(sessions, hostile) == total, 30)
             # Each connection was closed when its attempt was cut (no socket left to the
             # garbage collector): the pool and the process's sockets stay free. 5 s: the
-            # receiver's loop sees the last closes late on a loaded machine (2 s failed once at
-            # the end of a full suite run; a socket left to the collector stays open longer).
+            # receiver's loop can see the last closes late on a loaded machine (2 s failed once
+            # at the end of a full suite run).
             _within(lambda: slow.open_connections() == 0, 5)
             assert slow.accepted == total
 
