@@ -38,7 +38,8 @@ def embedded_service(
     tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
 ) -> Iterator[RunningService]:
     work = tmp_path_factory.mktemp("embedded")
-    with run_service({}, work, embedded=True, model=tiny_model_dir) as svc:
+    # with its Tinker worker: test_tinker_base_model trains through it
+    with run_service({}, work, embedded=True, model=tiny_model_dir, tinker=True) as svc:
         yield svc
 
 

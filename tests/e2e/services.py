@@ -140,15 +140,18 @@ def run_service(
     embedded: bool,
     model: Path | None = None,
     serve: bool = False,
+    tinker: bool = False,
 ) -> Iterator[RunningService]:
-    """Embedded: `grpo-service up` (with its inference server only when `serve`: the other
-    tests need no third process). Production: `migrate`, then `api` and `worker` apart."""
+    """Embedded: `grpo-service up`, with its inference server only when `serve` and its Tinker
+    worker only when `tinker` (each a process of its own that most tests never call).
+    Production: `migrate`, then `api` and `worker` apart."""
     port = free_port()
     env = {**os.environ, "GRPO_DATA_DIR": str(work / "data"), "GRPO_QUEUES": QUEUES, **env_extra}
     env.pop("GRPO_ALLOW_UNSAFE_VERIFIERS", None)
     svc = RunningService(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=work)
     if embedded:
-        up = ["up", "--port", str(port), *([] if serve else ["--no-serve"])]
+        up = ["up", "--port", str(port), *([] if serve else ["--no-serve"]),
+              *([] if tinker else ["--no-tinker"])]  # fmt: skip
         svc.procs.append(_spawn(up, env, work / "up.log"))
     else:
         svc.cli("migrate")
