@@ -41,10 +41,12 @@ services:
 	bash .ci/ensure-services.sh
 
 # Test files run on TEST_WORKERS processes, each file whole on one (its module fixtures start
-# services once); most of a test's time is waiting on other processes, so 2 pay on 2 cores.
+# services once). Most of a test's time is waiting on other processes (servers, workers,
+# training runs), so a third process fills the cores' idle moments: on 2 cores the suite took
+# 999 s with 3 and 1,144 s with 2 (with 3, vmstat: 97% busy).
 # Files start in the order tests/conftest.py collects them (the longest directories first), not
 # xdist's default of the files with the most tests first.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 # One intra-op thread per process: the test processes and the servers, workers and training
 # processes they start share the cores, and the tiny models' ops are too small to split (an
 # e2e file and an engine file: 55 s instead of 69 s at load 3 on 2 cores).
