@@ -25,14 +25,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from workers.grpo.draw import fresh_base
-from workers.grpo.logprobs import token_logprobs
-from workers.losses.terms import LOSSES, LossFn
+from workers.losses.terms import LOSSES
 from workers.models.loading import load_pretrained
 from workers.models.lora import linear_layers
 from workers.tinker import validation as check
 from workers.tinker.adapters import AdapterStack, peft_config
 from workers.tinker.batches import micro_batches
 from workers.tinker.finite import NotFinite, Snapshot, finite, grads
+from workers.tinker.loss_pass import micro_batch_loss
 from workers.tinker.sampler import Draw, StopRule, sample_sequences
 from workers.tinker.types import (
     AdamParams,
@@ -205,7 +205,9 @@ class LoraHost:
                 for done, chunk in enumerate(chunks):  # the loss is a sum: backwards add up
                     if deadline is not None:
                         deadline.check(done, len(chunks), "micro-batches")
-                    loss, finite_chunk = self._micro_batch(chunk, term, tensors, cfg, outputs)
+                    loss, finite_chunk = micro_batch_loss(
+                        self.model, chunk, term, tensors, cfg, outputs
+                    )
                     if train:
                         loss.backward()
                     total, ok = total + float(loss.detach()), ok and finite_chunk
@@ -223,42 +225,6 @@ class LoraHost:
                 + ("this batch's gradients were discarded" if train else "nothing was changed"),
             )
         return ForwardResult(outputs, {"loss:sum": total})
-
-    def _micro_batch(
-        self,
-        chunk: list[Datum],
-        term: LossFn,
-        tensors: set[str],
-        cfg: dict[str, float],
-        outputs: list[dict[str, list[float]]],
-    ) -> tuple[torch.Tensor, bool]:
-        """The micro-batch's summed loss () and whether its values are finite; each datum's
-        log-probs and elementwise loss appended to `outputs`."""
-        loss = torch.zeros((), device=self.model.device)
-        ok = True
-        for datum, lp in zip(chunk, self._target_logprobs(chunk), strict=True):
-            inputs = {k: torch.tensor(v, dtype=torch.float32, device=lp.device)
-                      for k, v in datum.loss_fn_inputs.items() if k in tensors}  # fmt: skip
-            elementwise = term(lp, inputs, cfg)  # (T,)
-            loss = loss + elementwise.sum()
-            ok = ok and finite([lp, elementwise])
-            outputs.append({"logprobs": lp.detach().tolist(),
-                            "elementwise_loss": elementwise.detach().tolist()})  # fmt: skip
-        return loss, ok
-
-    def _target_logprobs(self, data: list[Datum]) -> list[torch.Tensor]:
-        """log pi(target_tokens[t] | tokens[:t + 1]) (T_i,) per datum, under the active adapter.
-        The batch is right-padded: causal attention keeps each datum's tokens from the pads."""
-        width, device = max(len(d.tokens) for d in data), self.model.device
-        ids = torch.zeros(len(data), width, dtype=torch.long)  # (B, L)
-        targets = torch.zeros(len(data), width, dtype=torch.long)  # (B, L)
-        for i, d in enumerate(data):
-            ids[i, : len(d.tokens)] = torch.tensor(d.tokens)
-            targets[i, : len(d.tokens)] = torch.tensor(d.loss_fn_inputs["target_tokens"])
-        logits = self.model(input_ids=ids.to(device), use_cache=False).logits  # (B, L, V)
-        lp, _ = token_logprobs(logits.flatten(0, 1), targets.to(device).flatten(), 1.0, False)
-        lp = lp.view(len(data), width)  # (B, L)
-        return [lp[i, : len(d.tokens)] for i, d in enumerate(data)]
 
     # sampling
 
