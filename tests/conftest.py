@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,6 +69,27 @@ def smollm2_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_gguf: Path) ->
 # where one of them keeps a process busy while the other has nothing left). The directories of
 # the longest files go first; the many quick files at the end even out the two processes.
 SLOW_FIRST = ("tests/e2e/", "tests/ui/", "tests/deploy/", "tests/workers/")
+
+
+# Files that share a costly session fixture run on one process, as one unit, so that it is made
+# once: tests/client and tests/ui share `clientside` (an embedded service with its inference
+# server, a trained job, two evaluations: ~18 CPU-s) and the dashboard's headless Chromium. With
+# `--dist loadfile` alone each of the three processes made its own.
+SHARED_UNITS = {"tests/client/": "clientside", "tests/ui/": "clientside"}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile`, with the files of each SHARED_UNITS group scheduled as one unit."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFixtureScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return next((u for d, u in SHARED_UNITS.items() if path.startswith(d)), path)
+
+    return SharedFixtureScheduling(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
