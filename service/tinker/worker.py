@@ -87,6 +87,8 @@ class TinkerWorker(RequestKinds):
 
     def _claim(self) -> TinkerRequest | None:
         with session_scope() as session:
+            if not futures.any_queued(session):
+                return None
             row = futures.claim_next(session, self.name,
                                      lease_seconds=self.settings.lease_seconds,
                                      window_seconds=self.settings.tinker_fair_window_s)  # fmt: skip
