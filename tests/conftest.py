@@ -72,22 +72,37 @@ SLOW_FIRST = ("tests/e2e/", "tests/ui/", "tests/deploy/", "tests/workers/")
 
 
 # Files that share a costly session fixture run on one process, as one unit, so that it is made
-# once: tests/client and tests/ui share `clientside` (an embedded service with its inference
-# server, a trained job, two evaluations: ~18 CPU-s) and the dashboard's headless Chromium. With
-# `--dist loadfile` alone each of the three processes made its own.
-SHARED_UNITS = {"tests/client/": "clientside", "tests/ui/": "clientside"}
+# once (with `--dist loadfile` alone each of the three processes made its own, and kept it
+# running to the end): tests/client and tests/ui share `clientside` (an embedded service with
+# its inference server, a trained job, two evaluations) and the dashboard's headless Chromium;
+# the files that name `embedded_service` or `production_service` (tests/e2e/conftest.py) share
+# those two services.
+SHARED_DIRS = {"tests/client/": "clientside", "tests/ui/": "clientside"}
+SHARED_SERVICES = ("embedded_service", "production_service")
+
+
+def _unit(path: str) -> str:
+    """The unit of work the test file at `path` belongs to (itself, unless it shares)."""
+    if unit := next((u for d, u in SHARED_DIRS.items() if path.startswith(d)), None):
+        return unit
+    source = Path(__file__).parent.parent / path
+    if source.suffix == ".py" and any(f in source.read_text() for f in SHARED_SERVICES):
+        return "services"
+    return path
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`--dist loadfile`, with the files of each SHARED_UNITS group scheduled as one unit."""
+    """`--dist loadfile`, with the files that share a costly session fixture as one unit."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
+    units: dict[str, str] = {}
+
     class SharedFixtureScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = super()._split_scope(nodeid)
-            return next((u for d, u in SHARED_UNITS.items() if path.startswith(d)), path)
+            return units.setdefault(path, _unit(path))
 
     return SharedFixtureScheduling(config, log)
 
