@@ -159,3 +159,20 @@ def test_a_claim_is_one_conditional_update(sessions: sessionmaker[Session]) -> N
         assert claim(db) is None
         assert sent == ["UPDATE"]
         futures.finish(db, row.seq, result={})
+
+
+def test_an_idle_look_is_one_read(sessions: sessionmaker[Session]) -> None:
+    """What an idle worker asks before it tries a claim: one SELECT and no UPDATE (on SQLite
+    every UPDATE takes the database's write lock, and an idle worker looks twice a second);
+    true once a request of the worker's bases waits, false again once it is claimed."""
+    with sessions.begin() as db, statements(db) as sent:
+        assert not futures.any_queued(db, ["idle-look"])
+        assert sent == ["SELECT"]
+    with sessions.begin() as db:
+        (tenant,) = tenants(db, "idle-look")
+        futures.submit(db, tenant, "forward_backward", "idle-look", {})
+    with sessions.begin() as db:
+        assert futures.any_queued(db, ["idle-look"]) and not futures.any_queued(db, ["other"])
+        row = futures.claim_next(db, "w1", ["idle-look"], lease_seconds=60, window_seconds=60)
+        assert row is not None and row.base_model == "idle-look"
+        assert not futures.any_queued(db, ["idle-look"])
