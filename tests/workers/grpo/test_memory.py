@@ -1,6 +1,6 @@
 """The memory plan against what a run measures: the estimate at submission is within 25% of
 the peak the trainer reports (`peak_memory_bytes`), on CPU, for the tiny model with and
-without LoRA. Each run is a process of its own, as a worker's job is, so the peak is its own."""
+without LoRA. Each run is a fresh process, as a worker's job is, so the peak is its own."""
 
 from __future__ import annotations
 
@@ -18,11 +18,8 @@ from workers.grpo.memory import ModelShape, estimate_memory, select_lora_targets
 
 PROMPT_TOKENS = 20  # "x" * 19 and <bos>: one token per character
 
-# One interpreter imports the engine once, then runs each case in a child forked from it: the
-# child's peak is measured from its own start, as a worker's fresh process measures it (what the
-# model load imports on first use included), without six interpreters importing torch.
 RUN = """
-import json, os, sys, tempfile
+import json, sys, tempfile
 from pathlib import Path
 from workers.grpo.config import TrainSpec
 from workers.grpo.trainer import TrainHooks, train
@@ -32,25 +29,12 @@ class Lengths:
     def score(self, samples):
         return [float(len(s["completion"]) % 3) for s in samples], [None] * len(samples)
 
-def peak(spec):
-    steps = {}
-    hooks = TrainHooks(on_step=lambda step, m: steps.__setitem__(step, m))
-    with tempfile.TemporaryDirectory() as work:
-        train(spec, [{"prompt": "x" * 19}] * 8, [Lengths()], Path(work), hooks)
-    return max(m["peak_memory_bytes"] for m in steps.values())
-
-peaks = {}
-for case, body in json.loads(sys.argv[1]).items():
-    read, write = os.pipe()
-    if (child := os.fork()) == 0:
-        os.close(read)
-        os.write(write, str(peak(TrainSpec.model_validate_json(body))).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as answer:
-        peaks[case] = float(answer.read())
-    assert os.waitpid(child, 0)[1] == 0, case
-print(json.dumps(peaks))
+spec = TrainSpec.model_validate_json(sys.argv[1])
+steps = {}
+hooks = TrainHooks(on_step=lambda step, m: steps.__setitem__(step, m))
+with tempfile.TemporaryDirectory() as work:
+    train(spec, [{"prompt": "x" * 19}] * 8, [Lengths()], Path(work), hooks)
+print(json.dumps(max(m["peak_memory_bytes"] for m in steps.values())))
 """
 
 SHAPES = {
@@ -78,21 +62,9 @@ def _spec(model: Path, overrides: dict) -> TrainSpec:
     return TrainSpec.model_validate(body)
 
 
-@pytest.fixture(scope="module")
-def measured_peaks(tiny_model_dir: Path) -> dict[str, float]:
-    """Each case's measured peak, by case."""
-    specs = {case: _spec(tiny_model_dir, body).model_dump_json() for case, body in SHAPES.items()}
-    out = subprocess.run(
-        [sys.executable, "-c", RUN, json.dumps(specs)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.parametrize("case", list(SHAPES))
 def test_the_estimate_is_within_25_percent_of_the_measured_peak(
-    tiny_model_dir: Path, measured_peaks: dict[str, float], case: str
+    tiny_model_dir: Path, case: str
 ) -> None:
     spec = _spec(tiny_model_dir, SHAPES[case])
     shape = _shape(tiny_model_dir)
@@ -100,7 +72,11 @@ def test_the_estimate_is_within_25_percent_of_the_measured_peak(
     targets = select_lora_targets(shape.modules, spec.lora.target_modules, fullmatch) if (
         spec.lora) else []  # fmt: skip
     estimate = estimate_memory(shape, spec, PROMPT_TOKENS, targets)
-    measured = measured_peaks[case]
+    out = subprocess.run(
+        [sys.executable, "-c", RUN, spec.model_dump_json()],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    measured = json.loads(out.stdout.strip().splitlines()[-1])
     ratio = estimate.total / measured
     print(f"{case}: estimate {estimate.total / 2**20:.0f} MiB, measured "
           f"{measured / 2**20:.0f} MiB, ratio {ratio:.2f}")  # fmt: skip
