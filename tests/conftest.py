@@ -102,7 +102,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class SharedFixtureScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = super()._split_scope(nodeid)
-            return units.setdefault(path, _unit(path))
+            if path not in units:  # each file read once, not once per test
+                units[path] = _unit(path)
+            return units[path]
 
     return SharedFixtureScheduling(config, log)
 

@@ -142,7 +142,7 @@ def check_sample(
 def any_queued(session: Session, bases: Collection[str] | None = None) -> bool:
     """Whether a request waits: one probe of the (status, seq) index, read-only. An idle worker
     asks this between its looks, not `claim_next`, whose UPDATE and fair-turn subqueries
-    cost ten times more and take SQLite's write lock each time."""
+    cost far more and take SQLite's write lock each time."""
     queued = select(TinkerRequest.seq).where(TinkerRequest.status == "queued")
     if bases is not None:
         queued = queued.where(TinkerRequest.base_model.in_(list(bases)))
