@@ -17,6 +17,7 @@ from service.datasets.service import find_dataset_by_reference
 from service.environments.service import ENVIRONMENTS
 from service.http.wakeups import wake_job_after_commit
 from service.jobs import lifecycle, model_checks, open_jobs, pausing, queue_checks
+from service.jobs.checkpoint_use import checkpoint_in_use
 from service.jobs.field_checks import check_job_fields
 from service.jobs.schemas import JobCreate, VerifierRef
 from service.jobs.tracker_checks import check_trackers
@@ -280,38 +281,6 @@ def get_checkpoint(session: Session, job: Job, step: str) -> Checkpoint:
     if row is None:
         raise not_found("checkpoint", f"{job.id}@{step}")
     return row
-
-
-def checkpoint_in_use(session: Session, checkpoint_id: str) -> bool:
-    """Whether an unfinished job of the checkpoint's tenant starts from it: its `base_model`,
-    in the `lineage` of adapters its starting weights are merged from, or its fork point. The
-    jobs' specs are compared in Python: a JSON path query is not portable between SQLite and
-    PostgreSQL, and a tenant has few unfinished jobs (the open-jobs limit, plus paused ones)."""
-    tenant_id = session.scalar(
-        select(Job.tenant_id)
-        .join(Checkpoint, Checkpoint.job_id == Job.id)
-        .where(Checkpoint.id == checkpoint_id)
-    )
-    return tenant_id is not None and lineage_in_use(session, tenant_id, checkpoint_id)
-
-
-def lineage_in_use(session: Session, tenant_id: str, checkpoint_id: str) -> bool:
-    """Whether an unfinished job of the tenant starts from the checkpoint (a job's, or a Tinker
-    run's sampler weights: `service.catalog.lineage`)."""
-    rows = session.execute(
-        select(Job.spec, Job.forked_from).where(
-            Job.tenant_id == tenant_id, Job.status.in_(UNFINISHED_STATUSES)
-        )
-    )
-    return any(_starts_from(spec, fork, checkpoint_id) for spec, fork in rows)
-
-
-def _starts_from(spec: Any, fork: Any, checkpoint_id: str) -> bool:
-    if isinstance(fork, dict) and fork.get("checkpoint_id") == checkpoint_id:
-        return True
-    return isinstance(spec, dict) and (
-        spec.get("base_model") == checkpoint_id or checkpoint_id in spec.get("lineage", [])
-    )
 
 
 def delete_checkpoint(session: Session, storage: ObjectStorage, job: Job, step: str) -> None:

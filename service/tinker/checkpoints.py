@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from service.core.db import after_commit, rows_matched, session_scope
 from service.core.problems import ProblemError, too_large
-from service.jobs.service import lineage_in_use
+from service.jobs.checkpoint_use import lineage_in_use
 from service.models import TinkerCheckpoint, TinkerRun
 from service.models.base import utcnow
 from service.settings import Settings

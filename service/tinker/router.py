@@ -15,7 +15,7 @@ from fastapi.responses import StreamingResponse
 from service.core.problems import ProblemError
 from service.http.content_disposition import attachment
 from service.http.deps import SessionDep, SettingsDep, StorageDep, authenticate
-from service.jobs.service import lineage_in_use
+from service.jobs.checkpoint_use import lineage_in_use
 from service.settings import Settings
 from service.tinker import caps, checkpoints, futures, history, polling, schemas, service, wire
 from service.tinker.service import bad_request

@@ -27,7 +27,7 @@ from sqlalchemy.exc import OperationalError
 from service.core.db import session_scope
 from service.core.ids import new_id
 from service.jobs import lifecycle, pausing
-from service.jobs.service import checkpoint_in_use
+from service.jobs.checkpoint_use import checkpoint_in_use
 from service.judges.endpoints import judge_context
 from service.models import Checkpoint, Job
 from service.settings import Settings, get_settings
