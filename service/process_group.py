@@ -53,7 +53,9 @@ def kill_tree(proc: Child) -> None:
     doomed = descendants(proc.pid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    for pid in doomed:
+    # A run forked from a forkserver makes its group a moment after it begins: before that,
+    # the group above names nobody, and the run is only reached by its pid.
+    for pid in [proc.pid, *doomed]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     proc.wait()
