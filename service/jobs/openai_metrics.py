@@ -1,6 +1,6 @@
 """A fine-tuning job's per-step `metrics` event as OpenAI's clients read it (its `data`: `step`,
 `total_steps`, `train_reward_mean`, `train_loss`, `valid_reward_mean`), written beside the
-step's own row by `lifecycle.record_step`."""
+step's own row by `run_writes.record_step`."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from service.core.db import session_scope
 from service.core.ids import new_id
 from service.core.quotas import rollout_bytes_fit
-from service.jobs import lifecycle
+from service.jobs import lifecycle, run_writes
 from service.models import RolloutFile
 from service.rollouts.format import encode_rows
 from service.settings import Settings
@@ -103,7 +103,7 @@ class RolloutWriter:
             object_key=key, rows=len(rows), size_bytes=len(data),
         )  # fmt: skip
         try:
-            replaced = self.fenced(lifecycle.record_rollouts, row)
+            replaced = self.fenced(run_writes.record_rollouts, row)
         except lifecycle.LeaseLost:
             self._delete(key)  # no row points at it: invisible, and now gone
             raise

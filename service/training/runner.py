@@ -26,7 +26,7 @@ from sqlalchemy.exc import OperationalError
 
 from service.core.db import session_scope
 from service.core.ids import new_id
-from service.jobs import lifecycle, pausing
+from service.jobs import lifecycle, pausing, run_writes
 from service.jobs.checkpoint_use import checkpoint_in_use
 from service.judges.endpoints import judge_context
 from service.models import Checkpoint, Job
@@ -110,11 +110,11 @@ class JobRun:
             sha256=sha256,
             format=fmt,
         )
-        replaced = self._fenced(lifecycle.record_checkpoint, row)
+        replaced = self._fenced(run_writes.record_checkpoint, row)
         self._delete_objects([replaced] if replaced else [])
         if self.keep_checkpoints is not None:
             pruned = self._fenced(
-                lifecycle.prune_checkpoints, self.keep_checkpoints, self.total_steps,
+                run_writes.prune_checkpoints, self.keep_checkpoints, self.total_steps,
                 checkpoint_in_use,
             )  # fmt: skip
             self._delete_objects(pruned)  # after the rows' delete has committed

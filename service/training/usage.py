@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.jobs import lifecycle, pausing
+from service.jobs import lifecycle, pausing, run_writes
 from service.models import Job, JobMetric, JobUsage
 from service.models.base import utcnow
 from service.process_group import descendants
@@ -115,13 +115,13 @@ class MeteredScorer:
 def record_step_usage(
     session: Session, job_id: str, epoch: int, step: int, metrics: dict, usage: StepUsage
 ) -> None:
-    """The step's metrics (`lifecycle.record_step`) and its usage, in one fenced transaction;
+    """The step's metrics (`run_writes.record_step`) and its usage, in one fenced transaction;
     then the tenant's budget is checked (over it, the job is asked to pause)."""
     lifecycle.fence(session, job_id, epoch)
     earlier = session.scalar(
         select(JobMetric.epoch).where(JobMetric.job_id == job_id, JobMetric.step == step)
     )
-    lifecycle.record_step(session, job_id, epoch, step, metrics)
+    run_writes.record_step(session, job_id, epoch, step, metrics)
     if earlier == epoch:
         return  # our own write, committed before a retry of this transaction: counted once
     redone = earlier is not None  # an earlier attempt recorded this step: its tokens counted

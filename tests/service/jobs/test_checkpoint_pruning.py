@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.core.ids import new_id
-from service.jobs import lifecycle
+from service.jobs import lifecycle, run_writes
 from service.models import Checkpoint, Job, JobEvent, JobMetric
 from service.models.base import utcnow
 from service.settings import Settings
@@ -52,7 +52,7 @@ def add_checkpoints(
     rows = {step: checkpoint(job_id, step, epoch) for step in steps}
     for row in rows.values():
         with sessions.begin() as s:
-            lifecycle.record_checkpoint(s, job_id, epoch, row)
+            run_writes.record_checkpoint(s, job_id, epoch, row)
     return rows
 
 
@@ -68,12 +68,12 @@ def test_prune_keeps_the_newest_n_periodic_and_the_final(
     job_id, epoch = running_job(sessions, total_steps=6)
     rows = add_checkpoints(sessions, job_id, epoch, [1, 2, 3, 4, 6])
     with sessions.begin() as s:
-        keys = lifecycle.prune_checkpoints(s, job_id, epoch, 2, 6)
+        keys = run_writes.prune_checkpoints(s, job_id, epoch, 2, 6)
     assert sorted(keys) == sorted(rows[step].object_key for step in (1, 2))
     assert stored_steps(sessions, job_id) == [3, 4, 6]
     with sessions.begin() as s:
-        assert lifecycle.prune_checkpoints(s, job_id, epoch, 2, 6) == []  # nothing more
-        assert lifecycle.prune_checkpoints(s, job_id, epoch, 1, 6) == [rows[3].object_key]
+        assert run_writes.prune_checkpoints(s, job_id, epoch, 2, 6) == []  # nothing more
+        assert run_writes.prune_checkpoints(s, job_id, epoch, 1, 6) == [rows[3].object_key]
         events = s.scalars(select(JobEvent).where(JobEvent.type == "checkpoints_pruned")).all()
     assert [e.data["steps"] for e in events if e.job_id == job_id] == [[1, 2], [3]]
     assert stored_steps(sessions, job_id) == [4, 6]  # the final step's never counts
@@ -85,7 +85,7 @@ def test_prune_spares_a_checkpoint_a_live_job_starts_from(
     job_id, epoch = running_job(sessions, total_steps=9)
     rows = add_checkpoints(sessions, job_id, epoch, [1, 2, 3])
     with sessions.begin() as s:
-        keys = lifecycle.prune_checkpoints(
+        keys = run_writes.prune_checkpoints(
             s, job_id, epoch, 1, 9, lambda _s, ident: ident == rows[1].id
         )
     assert keys == [rows[2].object_key]
@@ -96,7 +96,7 @@ def test_prune_is_fenced(sessions: sessionmaker[Session]) -> None:
     job_id, epoch = running_job(sessions, total_steps=6)
     add_checkpoints(sessions, job_id, epoch, [1, 2, 3])
     with pytest.raises(lifecycle.LeaseLost), sessions.begin() as s:
-        lifecycle.prune_checkpoints(s, job_id, epoch + 1, 1, 6)
+        run_writes.prune_checkpoints(s, job_id, epoch + 1, 1, 6)
     assert stored_steps(sessions, job_id) == [1, 2, 3]
 
 
@@ -194,7 +194,7 @@ def test_a_job_whose_final_checkpoint_is_stored_finishes_without_training(
     spec = {"base_model": str(tmp_path / "no-model"), "grpo": {"steps": 3}}
     job_id, epoch = running_job(sessions, total_steps=3, spec=spec)
     with sessions.begin() as s:
-        lifecycle.record_step(s, job_id, epoch, 3, {"reward_mean": 0.5})
+        run_writes.record_step(s, job_id, epoch, 3, {"reward_mean": 0.5})
     add_checkpoints(sessions, job_id, epoch, [3])
     with sessions.begin() as s:  # the worker died; the reconciler requeues the job
         s.execute(update(Job).where(Job.id == job_id).values(lease_until=utcnow() - timedelta(1)))

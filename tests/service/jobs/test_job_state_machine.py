@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.core.db import make_engine
 from service.core.ids import new_id
 from service.core.migrate import upgrade
-from service.jobs import lifecycle, pausing
+from service.jobs import lifecycle, pausing, run_writes
 from service.models import FINAL_STATUSES, Dataset, Job, JobEvent, JobMetric, Tenant
 from service.models.base import utcnow
 
@@ -138,7 +138,7 @@ class JobLifecycle(RuleBasedStateMachine):
         try:
             with self.sessions.begin() as s:
                 status = lifecycle.renew(s, self.job_id, epoch, 60)
-                lifecycle.record_step(s, self.job_id, epoch, 1, {"reward_mean": float(epoch)})
+                run_writes.record_step(s, self.job_id, epoch, 1, {"reward_mean": float(epoch)})
         except lifecycle.LeaseLost:
             assert before in (*FINAL_STATUSES, "queued", "paused") or epoch != self._epoch()
         else:

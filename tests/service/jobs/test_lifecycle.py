@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.auth.service import get_or_create_tenant
 from service.core.ids import new_id
-from service.jobs import lifecycle
+from service.jobs import lifecycle, run_writes
 from service.models import Dataset, Job, JobMetric
 from service.models.base import utcnow
 
@@ -50,14 +50,14 @@ def test_expired_lease_is_taken_over_and_fences_the_zombie(sessions: sessionmake
     job_id = make_job(sessions)
     with sessions.begin() as s:
         old = lifecycle.claim(s, job_id, 60)
-        lifecycle.record_step(s, job_id, old, 1, {"reward_mean": 0.1})
+        run_writes.record_step(s, job_id, old, 1, {"reward_mean": 0.1})
     with sessions.begin() as s:  # the old worker stops heartbeating; its lease runs out
         s.execute(update(Job).where(Job.id == job_id).values(lease_until=utcnow() - timedelta(1)))
     with sessions.begin() as s:
         new = lifecycle.claim(s, job_id, 60)
     assert new == old + 1
     with pytest.raises(lifecycle.LeaseLost), sessions.begin() as s:
-        lifecycle.record_step(s, job_id, old, 2, {"reward_mean": 9.9})
+        run_writes.record_step(s, job_id, old, 2, {"reward_mean": 9.9})
     with sessions.begin() as s:
         assert not lifecycle.finish(s, job_id, old, "succeeded")
         assert lifecycle.finish(s, job_id, new, "succeeded")

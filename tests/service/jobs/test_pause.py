@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.jobs import lifecycle, pausing
+from service.jobs import lifecycle, pausing, run_writes
 from service.models import Job, JobEvent
 from service.models.base import utcnow
 from tests.service.jobs.test_lifecycle import make_job
@@ -65,12 +65,12 @@ def test_a_running_job_pauses_at_its_step_boundary(sessions: sessionmaker[Sessio
     job_id = make_job(sessions)
     with sessions.begin() as s:
         epoch = lifecycle.claim(s, job_id, 60)
-        lifecycle.record_step(s, job_id, epoch, 1, {"reward_mean": 0.5})
+        run_writes.record_step(s, job_id, epoch, 1, {"reward_mean": 0.5})
         assert pausing.request_pause(s, job_id, "requested by the API")
     assert _job(sessions, job_id).status == "pausing"
     with sessions.begin() as s:  # still its run's: the lease renews, the writes are fenced
         assert lifecycle.renew(s, job_id, epoch, 60) == "pausing"
-        lifecycle.record_step(s, job_id, epoch, 2, {"reward_mean": 0.6})
+        run_writes.record_step(s, job_id, epoch, 2, {"reward_mean": 0.6})
         assert not pausing.pause_attempt(s, job_id, epoch + 1, 2)  # not this epoch's
         assert not lifecycle.release(s, job_id, epoch)  # a pausing job is not handed back
         assert pausing.pause_attempt(s, job_id, epoch, 2)
@@ -81,7 +81,7 @@ def test_a_running_job_pauses_at_its_step_boundary(sessions: sessionmaker[Sessio
         "status": "paused", "epoch": epoch, "step": 2,
     }  # fmt: skip
     with pytest.raises(lifecycle.LeaseLost), sessions.begin() as s:
-        lifecycle.record_step(s, job_id, epoch, 3, {"reward_mean": 9.9})  # no lease any more
+        run_writes.record_step(s, job_id, epoch, 3, {"reward_mean": 9.9})  # no lease any more
     with sessions.begin() as s:
         job = s.get(Job, job_id)
         assert job is not None

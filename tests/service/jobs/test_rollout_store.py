@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.core.ids import new_id
 from service.core.quotas import rollout_bytes_fit
-from service.jobs import lifecycle
+from service.jobs import lifecycle, run_writes
 from service.models import Job, RolloutFile
 from service.models.base import utcnow
 from service.settings import Settings
@@ -94,7 +94,7 @@ def test_a_zombie_record_raises_lease_lost_and_leaves_no_row(sessions) -> None:
     row = RolloutFile(id=new_id("rlf"), job_id=job_id, split="train", step=1, epoch=old,
                       object_key="k", rows=1, size_bytes=1)  # fmt: skip
     with pytest.raises(lifecycle.LeaseLost), sessions.begin() as s:
-        lifecycle.record_rollouts(s, job_id, old, row)
+        run_writes.record_rollouts(s, job_id, old, row)
     assert files(sessions, job_id) == []
 
 
