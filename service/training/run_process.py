@@ -30,9 +30,7 @@ from typing import Any
 from service.training.progress import FD_ENV
 
 # What the forkserver imports once. Torch and the model classes are most of a run's start;
-# a module that fails to import here is imported by the run itself (and fails there, loudly),
-# as is all of it when something else in this process started the forkserver first, with its
-# own preload (multiprocessing keeps one forkserver a process): runs are then only slower.
+# a module that fails to import here is imported by the run itself (and fails there, loudly).
 PRELOAD = [
     "service.training.forkserver_init",
     "service.training.run_process",
@@ -44,6 +42,8 @@ PRELOAD = [
     "workers.models.loading",
     "transformers.models.llama.modeling_llama",
 ]
+# In a run, the forkserver's pid (this module was imported there, then forked).
+_IMPORTED_BY = os.getpid()
 
 
 class RunProcess:
@@ -102,14 +102,10 @@ def start(module: str, args: list[str], env: dict[str, str], progress_fd: int) -
     (the pipe's write end) is passed on, and stays open here for the caller to close."""
     warm()
     context = multiprocessing.get_context("forkserver")
-    parent = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
     pipe = connection.Connection(os.dup(progress_fd), readable=False)
     try:
         process = context.Process(
-            target=_run,
-            args=(module, [*args, str(parent)], env, pipe),
-            name=f"run {module}",
-            daemon=False,
+            target=_run, args=(module, args, env, pipe), name=f"run {module}", daemon=False
         )
         process.start()
     finally:
@@ -133,8 +129,7 @@ def _own_process_for_multiprocessing() -> None:
 
 
 def _run(module: str, args: list[str], env: dict[str, str], pipe: connection.Connection) -> None:
-    """In the run: its own group, its environment, its pipe, then the module's life (`args`:
-    ID, EPOCH and the forkserver's pid, the parent it must die with)."""
+    """In the run: its own group, its environment, its pipe, then the module's life."""
     os.setpgid(0, 0)
     _forget_the_forkservers_pipe()
     from service.training import forkserver_init  # the forkserver's (never the supervisor's)
@@ -145,7 +140,7 @@ def _run(module: str, args: list[str], env: dict[str, str], pipe: connection.Con
     pipe.close()
     os.environ.clear()
     os.environ.update({**env, FD_ENV: str(fd)})
-    code = importlib.import_module(module).main_process(args)
+    code = importlib.import_module(module).main_process([*args, str(_IMPORTED_BY)])
     atexit._run_exitfuncs()  # what a `python -m` run's exit runs (trackers finish their runs)
     raise SystemExit(code)  # multiprocessing then joins the threads, flushes and exits
 

@@ -186,37 +186,24 @@ PROBE = RunKind(
 )
 
 
-SUPERVISE_PROBE_TWICE = """
-import os, sys
-from pathlib import Path
-from service.training import supervisor
-from tests.service.jobs.test_run_supervisor import PROBE, settings
-for value in ("first", "second"):  # the second run: the same forkserver, a new environment
-    os.environ.update(GRPO_PROBE_REPORT=f"{sys.argv[1]}/{value}.json", GRPO_PROBE_ENV=value)
-    supervisor.supervise(PROBE, "row", settings(Path(sys.argv[1])))
-print(os.getpid(), os.getpgid(0))
-"""
-
-
 def test_a_run_is_forked_from_the_forkserver_not_from_the_supervisor(tmp_path: Path) -> None:
     """The kind's child is a process of its own: forked from the forkserver, which imported the
     engine (not from the supervisor: none of its modules), in a process group of its own, with
-    the supervisor's environment of the moment and the progress pipe. (A supervisor of its own:
-    this test process may hold a forkserver another test started, with another preload.)"""
-    argv = [sys.executable, "-c", SUPERVISE_PROBE_TWICE, str(tmp_path)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
-    supervisor_pid, supervisor_group = map(int, done.stdout.split())
-    forkservers = set()
-    for value in ("first", "second"):
-        seen = json.loads((tmp_path / f"{value}.json").read_text())
+    the supervisor's environment of the moment and the progress pipe."""
+    report = tmp_path / "report.json"
+    for value in ("first", "second"):  # the second run: the same forkserver, a new environment
+        os.environ.update(GRPO_PROBE_REPORT=str(report), GRPO_PROBE_ENV=value)
+        try:
+            supervisor.supervise(PROBE, "row", settings(tmp_path))
+        finally:
+            del os.environ["GRPO_PROBE_REPORT"], os.environ["GRPO_PROBE_ENV"]
+        seen = json.loads(report.read_text())
         assert seen["argv"] == ["row", "1", str(seen["ppid"])] and seen["entered"], seen
-        assert seen["ppid"] != supervisor_pid  # the forkserver's child
-        forkservers.add(seen["ppid"])
-        assert seen["pgid"] == seen["pid"] != supervisor_group
+        assert seen["ppid"] != os.getpid()  # the forkserver's child
+        assert seen["pgid"] == seen["pid"] != os.getpgid(0)
         assert seen["loaded"] == []  # none of the supervisor's (or pytest's) modules
         assert seen["preloaded"] == ["service.training.runner", "torch", "transformers"]
         assert seen["progress_fd"] and seen["env"] == value
-    assert len(forkservers) == 1  # one forkserver for both runs
 
 
 SUPERVISE_PROBE = """
