@@ -84,7 +84,7 @@ def warm() -> None:
     forkserver.ensure_running()
     server = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
     if server != _warm_server:  # a new forkserver: its first child starts after the import
-        ready = context.Process(target=_nothing, name="forkserver ready")
+        ready = context.Process(target=_nothing, name="forkserver ready")  # type: ignore[attr-defined]
         ready.start()
         ready.join()
         _warm_server = server
@@ -104,7 +104,7 @@ def start(module: str, args: list[str], env: dict[str, str], progress_fd: int) -
     context = multiprocessing.get_context("forkserver")
     pipe = connection.Connection(os.dup(progress_fd), readable=False)
     try:
-        process = context.Process(
+        process = context.Process(  # type: ignore[attr-defined]
             target=_run, args=(module, args, env, pipe), name=f"run {module}", daemon=False
         )
         process.start()
@@ -123,9 +123,8 @@ def _own_process_for_multiprocessing() -> None:
 
     me: Any = process.current_process()
     if not isinstance(me, process.BaseProcess):
-        authkey: Any = process.AuthenticationString  # type: ignore[attr-defined]
         me._config["daemon"] = False
-        me._config["authkey"] = authkey(bytes(me.authkey))
+        me._config["authkey"] = process.AuthenticationString(bytes(me.authkey))
 
 
 def _run(module: str, args: list[str], env: dict[str, str], pipe: connection.Connection) -> None:
@@ -149,7 +148,7 @@ def _forget_the_forkservers_pipe() -> None:
     """Close this process's copy of the write end of the pipe whose closing tells the
     forkserver that the supervisor is gone: held here, it would keep the forkserver (and with
     it, through PR_SET_PDEATHSIG, this run) alive after the supervisor died."""
-    server: Any = forkserver._forkserver
+    server: Any = forkserver._forkserver  # type: ignore[attr-defined]
     fd = server._forkserver_alive_fd
     server._forkserver_alive_fd = None
     if fd is not None:
