@@ -53,9 +53,7 @@ def kill_tree(proc: Child) -> None:
     doomed = descendants(proc.pid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    # A run forked from a forkserver makes its group a moment after it begins: before that,
-    # the group above names nobody, and the run is only reached by its pid.
-    for pid in [proc.pid, *doomed]:
+    for pid in doomed:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     proc.wait()

@@ -46,12 +46,10 @@ def tinker_worker_command() -> list[str]:
 
 
 def worker_command(queue: str) -> list[str]:
-    # One run per GPU. The pool process lives on from task to task, and with it the forkserver
-    # its runs fork from (service/training/run_process.py), which imported the engine once.
-    # No broadcast features (the embedded broker has none).
+    # One job per GPU, a fresh child per job; no broadcast features (the embedded broker has none).
     return [
         sys.executable, "-m", "celery", "-A", "service.worker", "worker", "-Q", queue,
-        "-c", "1", "--without-gossip", "--without-mingle",
+        "-c", "1", "--max-tasks-per-child", "1", "--without-gossip", "--without-mingle",
         "--without-heartbeat", "--loglevel", "INFO",
     ]  # fmt: skip
 

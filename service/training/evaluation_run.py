@@ -1,5 +1,5 @@
-"""An evaluation's run (docs/evaluations.md): `main_process([EVALUATION_ID, EPOCH, PPID])`, a
-process forked from the forkserver (`run_process.py`) by the run supervisor
+"""An evaluation's run (docs/evaluations.md): `python -m service.training.evaluation_run
+EVALUATION_ID EPOCH SUPERVISOR_PID`, a fresh interpreter started by the run supervisor
 (`supervisor.py`, kind `kinds.EVALUATION`) that claimed the row under a lease in the Celery pool
 process; that process renews the lease, and kills this one (with its verifier sandboxes) when a
 cancel is not honoured within the grace, the lease is lost, or a batch runs past its budget.
@@ -19,7 +19,7 @@ import logging
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from sqlalchemy import insert
 
@@ -145,11 +145,6 @@ def main(argv: list[str]) -> int:
     return DONE
 
 
-def main_process(argv: list[str]) -> NoReturn:
-    """The process's life (`run_process.py`): out at once after the outcome (committed), with
-    no teardown of torch's modules."""
-    exit_now(main(argv))
-
-
 if __name__ == "__main__":
-    main_process(sys.argv[1:])
+    # Out at once after the outcome (committed): no teardown of torch's modules.
+    exit_now(main(sys.argv[1:]))

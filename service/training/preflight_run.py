@@ -2,9 +2,8 @@
 the engine's `workers.grpo.preflight` (one real GRPO step on a few prompts).
 
 Two callers:
-- a `POST /v1/jobs/preflight` row runs in a process of its own (`main_process`, forked from the
-  forkserver: `run_process.py`; or `python -m service.training.preflight_run ID EPOCH PPID`),
-  started by the run supervisor
+- a `POST /v1/jobs/preflight` row runs in a process of its own, `python -m
+  service.training.preflight_run ID EPOCH SUPERVISOR_PID` (`main`), started by the run supervisor
   (`supervisor.py`, kind `kinds.PREFLIGHT`) that claimed the row under a lease in the Celery pool
   process: tenant code never runs there. The run beacons its one GRPO step (`progress.py`), so
   the supervisor kills it (with its verifier sandboxes) past the step budget, past
@@ -19,7 +18,7 @@ import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from service.core.db import session_scope
 from service.models import Job, Preflight
@@ -137,11 +136,6 @@ def main(argv: list[str]) -> int:
     return DONE
 
 
-def main_process(argv: list[str]) -> NoReturn:
-    """The process's life (`run_process.py`): out at once after the outcome (committed), with
-    no teardown of torch's modules."""
-    exit_now(main(argv))
-
-
 if __name__ == "__main__":
-    main_process(sys.argv[1:])
+    # Out at once after the outcome (committed): no teardown of torch's modules.
+    exit_now(main(sys.argv[1:]))

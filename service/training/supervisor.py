@@ -3,9 +3,9 @@ pre-flight) through, from the Celery pool process, which runs no tenant code.
 
 What differs between the kinds of run is a small description (`RunKind`, the three in
 `kinds.py`): its table's claim, renew and outcome transitions, its child module, its budgets.
-`supervise` claims the row under a lease, starts the run (`<child>.main_process`, forked from
-the forkserver that imported the engine once: `run_process.py`; a process group of its own, the
-write end of the progress pipe in GRPO_PROGRESS_FD) and then, until that process ends:
+`supervise` claims the row under a lease, starts the run in a fresh interpreter
+(`python -m <child> ID EPOCH SUPERVISOR_PID`, a process group of its own, the write end of the
+progress pipe in GRPO_PROGRESS_FD) and then, until that process ends:
 - reads its progress beacons (`progress.py`);
 - renews the lease every GRPO_HEARTBEAT_SECONDS, but only while the run is alive and within
   its budgets: a run spinning in C with the GIL held, or frozen, cannot stop the heartbeat (it
@@ -20,12 +20,12 @@ write end of the progress pipe in GRPO_PROGRESS_FD) and then, until that process
 - kills it when the lease is lost, or cannot be renewed for 0.8 x the lease (a database that
   stays away), so that two live runs of one row never overlap.
 A run that dies on its own (an OOM kill, a segfault) ends the attempt too. A run whose
-supervisor dies dies with it (PR_SET_PDEATHSIG, through the forkserver, which exits with the
-supervisor); its lease lapses and the reconciler takes the row back (`reconciler.py`).
+supervisor dies dies with it (PR_SET_PDEATHSIG); its lease lapses and the reconciler takes the
+row back (`reconciler.py`).
 
-No run is a fork of this process: nothing of the Celery pool process's state (connections,
-signal handlers, atexit, multiprocessing's idea of itself) reaches tenant code. The forkserver
-it forks from is a fresh interpreter that has only imported.
+Each run is a fresh interpreter, not a fork of this process: nothing of the Celery pool
+process's state (connections, signal handlers, atexit, multiprocessing's idea of itself)
+reaches tenant code, at the price of importing the engine once per run.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -48,7 +49,6 @@ from service.core.db import session_scope
 from service.core.leases import LeaseLost
 from service.process_group import kill_tree
 from service.settings import Settings, get_settings
-from service.training import run_process
 from service.training.child import DONE, LEFT_TO_RECONCILER
 from service.training.progress import FD_ENV, Progress
 from workers.observability import job_context
@@ -82,7 +82,7 @@ class RunKind:
 
     name: str  # "job", "evaluation", "pre-flight": logs
     process: str  # "the training process": messages
-    child: str  # the run's module: its `main_process([ID, EPOCH, PARENT_PID])` (`run_process`)
+    child: str  # the module run as `python -m child ID EPOCH SUPERVISOR_PID`
     claim: Callable[[str, Settings], Claim | None]
     renew: Callable[[Session, str, int, Settings], str]
     end: Callable[[Session, str, int, Cause, Settings], str | None]
@@ -98,8 +98,6 @@ def supervise(
     """Claim the row and see one attempt at it through (`command`, a program run instead of the
     kind's child, is for tests); False when it was not claimable."""
     settings = settings or get_settings()
-    if command is None:
-        run_process.warm()  # seconds at a worker's first run: before the lease, not under it
     claim = kind.claim(row_id, settings)
     if claim is None:
         log.info("%s %s is not claimable (taken or final)", kind.name, row_id)
@@ -124,7 +122,7 @@ class Supervisor:
         self.epoch = claim.epoch
         self.step_budget = settings.step_timeout_for(claim.queue)
         self.total_budget = kind.total_budget(settings)
-        self.proc: subprocess.Popen[bytes] | run_process.RunProcess | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.progress = Progress()
         self._fd: int | None = None
         self._started = self._renewed = self._next_renew = time.monotonic()
@@ -133,17 +131,15 @@ class Supervisor:
 
     # -- the run's process ----------------------------------------------------------------
     def start(self, command: list[str] | None = None) -> None:
-        """Start the run, forked from the forkserver (`run_process.py`), in a process group of
-        its own, with the write end of the progress pipe (`command`, a program run in its place
-        with `subprocess`, is for tests)."""
+        """Start the run in a fresh interpreter, in a process group of its own, with the write
+        end of the progress pipe (`command` in its place, for tests)."""
+        argv = command or [
+            sys.executable, "-m", self.kind.child, self.row_id, str(self.epoch), str(os.getpid())
+        ]  # fmt: skip
         read, write = os.pipe()
         try:
-            if command is None:
-                args = [self.row_id, str(self.epoch)]
-                self.proc = run_process.start(self.kind.child, args, dict(os.environ), write)
-            else:
-                env = {**os.environ, FD_ENV: str(write)}
-                self.proc = subprocess.Popen(command, pass_fds=(write,), env=env, process_group=0)
+            env = {**os.environ, FD_ENV: str(write)}
+            self.proc = subprocess.Popen(argv, pass_fds=(write,), env=env, process_group=0)
         except BaseException:
             os.close(read)
             raise

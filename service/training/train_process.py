@@ -1,8 +1,8 @@
-"""The training process: `main_process([JOB_ID, EPOCH, PPID])`.
+"""The training process: `run([JOB_ID, EPOCH, SUPERVISOR_PID])`.
 
-Forked from the forkserver (`run_process.py`; or `python -m service.training.train_process JOB_ID
-EPOCH PPID`) by the run supervisor (`supervisor.py`, kind `kinds.JOB`) that claimed the job, in
-a process group of its own, with the progress pipe's descriptor in GRPO_PROGRESS_FD. Everything
+`python -m service.training.train_process JOB_ID EPOCH SUPERVISOR_PID`: a fresh interpreter
+started by the run supervisor (`supervisor.py`, kind `kinds.JOB`) that claimed the job, in a
+process group of its own, with the progress pipe's descriptor in GRPO_PROGRESS_FD. Everything
 tenant-driven that runs on the worker (the engine on the tenant's data, the verifier sandboxes
 and built-in helper it starts) runs here or below, never in the process that renews the lease.
 It dies with its supervisor (PR_SET_PDEATHSIG), and its exit status tells the supervisor what is
@@ -75,7 +75,7 @@ def _exit_if_ended(job_id: str, code: int) -> None:
     exit_now(code)
 
 
-def main_process(argv: list[str]) -> int:
+def run(argv: list[str]) -> int:
     """The training process's life: its exit status (`supervisor.DONE`, ...)."""
     code = main(argv)
     _exit_if_ended(argv[0], code)
@@ -83,4 +83,4 @@ def main_process(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main_process(sys.argv[1:]))
+    sys.exit(run(sys.argv[1:]))

@@ -22,7 +22,6 @@ from tests.e2e.cluster import Cluster, run_cluster
 from tests.e2e.services import TINY, _spawn
 from tests.e2e.test_faults import claims, events, metric_rows, started, trainer_pid, wait_for
 from tests.e2e.test_training_flow import submit_digit_job, wait_final
-from tests.e2e.test_watchdog import training_process
 from workers.grpo.data import PromptStream
 
 TWO_DEVICES = {
@@ -49,14 +48,12 @@ def cluster(
 
 def _ranks(watchdog: int) -> list[int]:
     """The launcher's rank processes below a watchdog: the children of its forkserver (they
-    carry the server's command line; the training process, forked from the watchdog's own
-    forkserver, carries that one's, which preloads the run modules)."""
+    carry the server's command line)."""
     forked = []
     for pid in descendants(watchdog):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                line = fh.read()
-                if b"multiprocessing.forkserver" in line and b"run_process" not in line:
+                if b"multiprocessing.forkserver" in fh.read():
                     forked.append(pid)
         except OSError:
             continue
@@ -159,12 +156,10 @@ def _alive(pid: int) -> bool:
 
 
 def _group_of(client: httpx.Client, job_id: str, epoch: int) -> list[int]:
-    """The attempt's training process and both its ranks, once they run (pids): below the
-    watchdog, past the forkserver the training process was forked from (which stays)."""
+    """The attempt's training process and both its ranks, once they run (pids)."""
     watchdog = trainer_pid(client, job_id, epoch)
     wait_for(lambda: len(_ranks(watchdog)) == 2, "the two ranks")
-    trainer = training_process(client, job_id, epoch)
-    return [trainer, *descendants(trainer)]
+    return descendants(watchdog)
 
 
 def _gone(pids: list[int], what: str) -> None:

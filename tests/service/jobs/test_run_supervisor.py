@@ -175,64 +175,26 @@ def test_a_preflight_whose_supervisor_is_killed_is_reconciled(
     assert "stopped renewing the lease, 2 times" in found.error["message"]  # type: ignore[attr-defined]
 
 
-PROBE = RunKind(
-    name="probe",
-    process="the probe",
-    child="tests.service.jobs.fresh_probe",
-    claim=lambda _id, _settings: Claim(1, "gpu", "tenant"),
-    renew=lambda *_: "running",
-    end=lambda *_: None,
-    enqueue=lambda *_: None,
-)
-
-
-def test_a_run_is_forked_from_the_forkserver_not_from_the_supervisor(tmp_path: Path) -> None:
-    """The kind's child is a process of its own: forked from the forkserver, which imported the
-    engine (not from the supervisor: none of its modules), in a process group of its own, with
-    the supervisor's environment of the moment and the progress pipe."""
+def test_a_run_is_a_fresh_interpreter(tmp_path: Path) -> None:
+    """The kind's child runs as `python -m`, a process of its own (its parent the supervisor,
+    a process group of its own), with none of the supervisor's modules loaded."""
     report = tmp_path / "report.json"
-    for value in ("first", "second"):  # the second run: the same forkserver, a new environment
-        os.environ.update(GRPO_PROBE_REPORT=str(report), GRPO_PROBE_ENV=value)
-        try:
-            supervisor.supervise(PROBE, "row", settings(tmp_path))
-        finally:
-            del os.environ["GRPO_PROBE_REPORT"], os.environ["GRPO_PROBE_ENV"]
-        seen = json.loads(report.read_text())
-        assert seen["argv"] == ["row", "1", str(seen["ppid"])] and seen["entered"], seen
-        assert seen["ppid"] != os.getpid()  # the forkserver's child
-        assert seen["pgid"] == seen["pid"] != os.getpgid(0)
-        assert seen["loaded"] == []  # none of the supervisor's (or pytest's) modules
-        assert seen["preloaded"] == ["service.training.runner", "torch", "transformers"]
-        assert seen["progress_fd"] and seen["env"] == value
-
-
-SUPERVISE_PROBE = """
-import sys
-from service.training import supervisor
-from tests.service.jobs.test_run_supervisor import PROBE
-supervisor.supervise(PROBE, "row")
-"""
-
-
-def test_a_forked_run_dies_with_its_supervisor(tmp_path: Path) -> None:
-    """kill -9 of the supervisor: the forkserver sees it gone and exits, and the run, bound to
-    die with its parent, goes with it."""
-    report = tmp_path / "report.json"
-    env = {**os.environ, "GRPO_PROBE_REPORT": str(report), "GRPO_PROBE_SLEEP": "1",
-           "GRPO_DATA_DIR": str(tmp_path)}  # fmt: skip
-    sup = subprocess.Popen([sys.executable, "-c", SUPERVISE_PROBE], env=env)
+    probe = RunKind(
+        name="probe",
+        process="the probe",
+        child="tests.service.jobs.fresh_probe",
+        claim=lambda _id, _settings: Claim(1, "gpu", "tenant"),
+        renew=lambda *_: "running",
+        end=lambda *_: None,
+        enqueue=lambda *_: None,
+    )
+    os.environ["GRPO_PROBE_REPORT"] = str(report)
     try:
-        deadline = time.monotonic() + 60
-        while not report.exists() or not report.read_text():
-            assert time.monotonic() < deadline and sup.poll() is None, "the run never started"
-            time.sleep(0.1)
-        seen = json.loads(report.read_text())
-        assert seen["entered"] and _alive(seen["pid"])
-        sup.send_signal(signal.SIGKILL)
+        supervisor.supervise(probe, "row", settings(tmp_path))
     finally:
-        sup.kill()
-        sup.wait()
-    deadline = time.monotonic() + 10
-    while _alive(seen["pid"]) or _alive(seen["ppid"]):
-        assert time.monotonic() < deadline, "the run or its forkserver outlived the supervisor"
-        time.sleep(0.05)
+        del os.environ["GRPO_PROBE_REPORT"]
+    seen = json.loads(report.read_text())
+    assert seen["argv"] == ["row", "1", str(os.getpid())]
+    assert seen["ppid"] == os.getpid() and seen["pgid"] == seen["pid"] != os.getpgid(0)
+    assert seen["loaded"] == []  # none of the supervisor's (or pytest's) modules
+    assert seen["progress_fd"]
