@@ -44,7 +44,6 @@ from service.training.trackers import JobTrackers
 from service.training.uploads import error_code, upload_verified
 from service.training.usage import UsageMeter, record_step_usage
 from service.training.weights import base_weights
-from service.worker import enqueue_training
 from workers.observability import job_context, record_step
 
 log = logging.getLogger(__name__)
@@ -226,6 +225,10 @@ class JobRun:
                 select(Job.queue, Job.devices).where(Job.id == self.job_id)
             ).one_or_none()
         if released:
+            # imported here: only a handed-back run needs the queue (Celery's import is a
+            # tenth of a second that every other run would spend)
+            from service.worker import enqueue_training
+
             enqueue_training(self.job_id, *(row or ("gpu", 1)))
         elif not paused and not self.lost.is_set():
             self.finish("cancelled")

@@ -17,7 +17,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from tests.api.conftest import served_over_http
 from tests.api.server import serve_in_process
 from tests.e2e.services import RunningService
-from tests.ui.browser import browser, console_errors  # noqa: F401  (a fixture)
+from tests.ui.browser import browser, chromium, console_errors  # noqa: F401  (fixtures)
 
 api = served_over_http()  # a browser loads the docs
 

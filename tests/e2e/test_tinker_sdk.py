@@ -21,9 +21,9 @@ from tinker import types
 from service.supervisor import serve_command
 from tests.api.server import run_api
 from tests.e2e.services import TINY, RunningService, _spawn, free_port, stop_all
-from tests.ui.browser import PageWait, browser, console_errors, wait_for
+from tests.ui.browser import PageWait, browser, chromium, console_errors, wait_for
 
-__all__ = ["browser"]  # the fixture
+__all__ = ["browser", "chromium"]  # the fixtures
 
 
 @pytest.fixture(scope="module")

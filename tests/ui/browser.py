@@ -19,16 +19,19 @@ CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
+@pytest.fixture(scope="session")
+def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    """One headless Chromium for the session's dashboard tests (tests/ui runs on one process):
+    each test gets a fresh tab of it (`browser`)."""
     if not (Path(CHROMEDRIVER).exists() and Path(CHROMIUM).exists()):
         pytest.fail("chromium and chromium-driver are needed (.ci/ensure-services.sh)")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
+    profile = tmp_path_factory.mktemp("chromium")
     for flag in (
         "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--disable-dev-shm-usage", "--window-size=1400,1800", f"--user-data-dir={tmp_path / 'p'}",
+        "--disable-dev-shm-usage", "--window-size=1400,1800", f"--user-data-dir={profile}",
     ):  # fmt: skip
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -38,6 +41,22 @@ def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture
+def browser(chromium: webdriver.Chrome) -> webdriver.Chrome:
+    """A new tab, the only one open, with an empty console log. A tab has a sessionStorage of
+    its own, where the dashboard keeps the API key: each test starts logged out, as in a
+    fresh browser (the dashboard keeps nothing in cookies or localStorage)."""
+    earlier = chromium.window_handles
+    chromium.switch_to.new_window("tab")
+    fresh = chromium.current_window_handle
+    for handle in earlier:
+        chromium.switch_to.window(handle)
+        chromium.close()
+    chromium.switch_to.window(fresh)
+    chromium.get_log("browser")  # what earlier tabs logged
+    return chromium
 
 
 def console_errors(driver: webdriver.Chrome) -> list[str]:
