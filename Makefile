@@ -43,7 +43,9 @@ services:
 # Test files run on TEST_WORKERS processes, each file whole on one (its module fixtures start
 # services once). Most of a test's time is waiting on other processes (servers, workers,
 # training runs), so a third process fills the cores' idle moments: on 2 cores the suite took
-# 999 s with 3 and 1,144 s with 2 (with 3, vmstat: 97% busy).
+# 999 s with 3 and 1,144 s with 2 (with 3, vmstat: 97% busy). On more cores, more processes:
+# each has a Redis server of its own (tests/redis_db.py); `make test TEST_WORKERS=4` passed on 2
+# cores, no faster there (both cores busy throughout).
 # Files start in the order tests/conftest.py collects them (the longest directories first), not
 # xdist's default of the files with the most tests first.
 TEST_WORKERS ?= 3

@@ -1,14 +1,17 @@
-"""Fixtures shared by the whole suite: a moto S3 server over HTTP, a tiny local model, the real
-SmolLM2-135M-Instruct converted from its GGUF file."""
+"""Fixtures shared by the whole suite: a moto S3 server over HTTP, a Redis server of the test
+process's own, a tiny local model, the real SmolLM2-135M-Instruct converted from its GGUF file."""
 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.redis_db import PrivateRedis
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +27,19 @@ def moto_server() -> Iterator[str]:
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[PrivateRedis]:
+    """A Redis server of this test process's own (tests/redis_db.py)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        server = PrivateRedis(s.getsockname()[1])
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
 
 
 @pytest.fixture(scope="session")

@@ -7,13 +7,11 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 
 from tests.api.server import run_api, serve_in_process
 from tests.e2e.conftest import PG, _psql
 from tests.e2e.services import RunningService
-from tests.redis_db import API
-from tests.redis_db import redis_db as redis_db_for
+from tests.redis_db import API, PrivateRedis
 
 
 @pytest.fixture(scope="session")
@@ -35,17 +33,18 @@ def api_http(
 
 @pytest.fixture(scope="session")
 def api_pg(
-    tmp_path_factory: pytest.TempPathFactory, moto_server: str, tiny_model_dir: Path
+    tmp_path_factory: pytest.TempPathFactory,
+    moto_server: str,
+    tiny_model_dir: Path,
+    redis_server: PrivateRedis,
 ) -> Iterator[RunningService]:
     """The API alone on PostgreSQL (a fresh database), Redis and S3 (moto), downloads
     answered with a presigned redirect, served in this process."""
     db = f"grpo_api_{secrets.token_hex(4)}"
     _psql(f"CREATE DATABASE {db}")
-    redis_db = redis_db_for(API)
-    redis.Redis(host="127.0.0.1", port=6379, db=redis_db).flushdb()
     env = {
         "GRPO_DATABASE_URL": f"{PG}/{db}",
-        "GRPO_BROKER_URL": f"redis://127.0.0.1:6379/{redis_db}",
+        "GRPO_BROKER_URL": redis_server.fresh(API),
         "GRPO_STORAGE_URL": f"s3://grpo-api-{secrets.token_hex(4)}/objects",
         "GRPO_S3_ENDPOINT_URL": moto_server,
         "GRPO_S3_REGION": "us-east-1",

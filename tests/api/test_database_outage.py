@@ -17,19 +17,18 @@ from tests.api.helpers import job_body, make_dataset, make_job, make_verifier
 from tests.api.server import run_api
 from tests.e2e.conftest import PG, _psql
 from tests.e2e.services import RunningService
-from tests.redis_db import API
-from tests.redis_db import redis_db as redis_db_for
+from tests.redis_db import API, PrivateRedis
 
 
 @pytest.fixture
 def api_on_its_own_database(
-    tmp_path: Path, tiny_model_dir: Path
+    tmp_path: Path, tiny_model_dir: Path, redis_server: PrivateRedis
 ) -> Iterator[tuple[RunningService, str]]:
     db = f"grpo_outage_{secrets.token_hex(4)}"
     _psql(f"CREATE DATABASE {db}")
     env = {
         "GRPO_DATABASE_URL": f"{PG}/{db}",
-        "GRPO_BROKER_URL": f"redis://127.0.0.1:6379/{redis_db_for(API)}",
+        "GRPO_BROKER_URL": redis_server.url(API),
     }
     try:
         with run_api(env, tmp_path, tiny_model_dir) as svc:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 
 from service.auth.ratelimit import redis_url_for
 from service.settings import Settings
@@ -21,9 +20,7 @@ from tests.api.helpers import problem
 from tests.api.server import METRICS_TOKEN, run_api
 from tests.e2e.conftest import PG, _psql
 from tests.e2e.services import RunningService
-from tests.redis_db import RATE_LIMITS, redis_db
-
-REDIS_DB = redis_db(RATE_LIMITS)
+from tests.redis_db import RATE_LIMITS, PrivateRedis
 
 
 def _limits(per_minute: int, burst: int) -> dict[str, str]:
@@ -58,15 +55,16 @@ def test_in_process_bucket(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def two_apis(tmp_path: Path) -> Iterator[tuple[RunningService, RunningService]]:
+def two_apis(
+    tmp_path: Path, redis_server: PrivateRedis
+) -> Iterator[tuple[RunningService, RunningService]]:
     """Two API processes on one PostgreSQL database and one Redis: 10 requests at once, then
     one every 10 s."""
     db = f"grpo_rl_{secrets.token_hex(4)}"
     _psql(f"CREATE DATABASE {db}")
-    redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DB).flushdb()
     env = {
         "GRPO_DATABASE_URL": f"{PG}/{db}",
-        "GRPO_BROKER_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
+        "GRPO_BROKER_URL": redis_server.fresh(RATE_LIMITS),
         "GRPO_STORAGE_URL": f"file://{tmp_path / 'objects'}",
         **_limits(6, 10),
     }
@@ -80,10 +78,12 @@ def two_apis(tmp_path: Path) -> Iterator[tuple[RunningService, RunningService]]:
             yield a, b
     finally:
         _psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-        redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DB).flushdb()
+        redis_server.client(RATE_LIMITS).flushdb()
 
 
-def test_one_bucket_across_api_processes(two_apis: tuple[RunningService, RunningService]) -> None:
+def test_one_bucket_across_api_processes(
+    two_apis: tuple[RunningService, RunningService], redis_server: PrivateRedis
+) -> None:
     a, b = two_apis
     key = a.new_key("shared")
     clients = [a.client(key), b.client(key)]
@@ -103,7 +103,7 @@ def test_one_bucket_across_api_processes(two_apis: tuple[RunningService, Running
         assert r.headers["ratelimit-limit"] == "6"
     # The bucket is Redis's, and expires once it would be full again anyway.
     bucket = f"grpo:ratelimit:{_key_id(a, key)}"
-    assert 0 < redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DB).pttl(bucket) <= 101_000
+    assert 0 < redis_server.client(RATE_LIMITS).pttl(bucket) <= 101_000
 
 
 def _key_id(svc: RunningService, key: str) -> str:

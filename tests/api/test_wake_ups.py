@@ -22,8 +22,7 @@ from tests.api.helpers import job_body, make_dataset, make_verifier
 from tests.api.server import LIMITS, serve_in_process
 from tests.e2e.services import RunningService
 from tests.e2e.test_faults import wait_for
-from tests.redis_db import API
-from tests.redis_db import redis_db as redis_db_for
+from tests.redis_db import API, PrivateRedis
 
 QUEUE = "wake-ups-test"
 
@@ -79,39 +78,40 @@ class StallableRelay:
 
 @pytest.fixture
 def api_behind_a_relay(
-    tmp_path: Path, tiny_model_dir: Path
-) -> Iterator[tuple[RunningService, StallableRelay]]:
-    db = redis_db_for(API)
-    redis.Redis(db=db).delete(QUEUE)
-    relay = StallableRelay(("127.0.0.1", 6379))
+    tmp_path: Path, tiny_model_dir: Path, redis_server: PrivateRedis
+) -> Iterator[tuple[RunningService, StallableRelay, redis.Redis]]:
+    """The API with its broker behind a relay, and a client of the broker itself."""
+    broker = redis_server.client(API)
+    broker.delete(QUEUE)
+    relay = StallableRelay(("127.0.0.1", redis_server.port))
     queues = {**json.loads(LIMITS["GRPO_QUEUES"]), QUEUE: {}}
     env = {
-        "GRPO_BROKER_URL": f"redis://127.0.0.1:{relay.port}/{db}",
+        "GRPO_BROKER_URL": f"redis://127.0.0.1:{relay.port}/{API}",
         "GRPO_QUEUES": json.dumps(queues),
     }
     try:
         with serve_in_process(env, tmp_path, tiny_model_dir) as svc:
-            yield svc, relay
+            yield svc, relay, broker
     finally:
         relay.close()
-        redis.Redis(db=db).delete(QUEUE)
+        broker.delete(QUEUE)
 
 
-def _queued_jobs() -> bytes:
+def _queued_jobs(broker: redis.Redis) -> bytes:
     """The raw messages waiting in the queue (each names its job in its headers)."""
-    return b"".join(redis.Redis(db=redis_db_for(API)).lrange(QUEUE, 0, -1))
+    return b"".join(broker.lrange(QUEUE, 0, -1))
 
 
 def test_a_stalled_broker_does_not_hold_up_submissions(
-    api_behind_a_relay: tuple[RunningService, StallableRelay],
+    api_behind_a_relay: tuple[RunningService, StallableRelay, redis.Redis],
 ) -> None:
-    svc, relay = api_behind_a_relay
+    svc, relay, broker = api_behind_a_relay
     client = tenant_client(svc)
     make_verifier(client)
     body = job_body(make_dataset(client), queue=QUEUE)
 
     first = client.post("/v1/jobs", json=body).json()
-    wait_for(lambda: first["id"].encode() in _queued_jobs(), "the first wake-up")
+    wait_for(lambda: first["id"].encode() in _queued_jobs(broker), "the first wake-up")
 
     relay.stalled.set()
     stalled = []
@@ -124,7 +124,8 @@ def test_a_stalled_broker_does_not_hold_up_submissions(
         assert elapsed < 2.0, f"a submission waited {elapsed:.1f} s for a stalled broker"
         stalled.append(r.json()["id"])
     time.sleep(1)
-    assert not any(job.encode() in _queued_jobs() for job in stalled)  # nothing got through
+    assert not any(job.encode() in _queued_jobs(broker) for job in stalled)  # nothing got through
 
     relay.stalled.clear()  # the held publish times out and is retried on a new connection
-    wait_for(lambda: all(job.encode() in _queued_jobs() for job in stalled), "the held wake-ups")
+    held = "the held wake-ups"
+    wait_for(lambda: all(job.encode() in _queued_jobs(broker) for job in stalled), held)

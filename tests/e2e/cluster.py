@@ -8,10 +8,8 @@ import contextlib
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +18,7 @@ from pathlib import Path
 import httpx
 
 from tests.e2e.services import TINY, RunningService, _spawn, _wait_ready, free_port, stop_all
+from tests.redis_db import PrivateRedis
 
 FAST_LEASES = {
     "GRPO_LEASE_SECONDS": "5",
@@ -28,33 +27,6 @@ FAST_LEASES = {
     "GRPO_REQUEUE_AFTER_SECONDS": "3",
     "GRPO_MAX_ATTEMPTS": "5",
 }
-
-
-@dataclass
-class PrivateRedis:
-    port: int
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 10
-        while (
-            subprocess.run(
-                ["redis-cli", "-p", str(self.port), "ping"], capture_output=True
-            ).stdout.strip()
-            != b"PONG"
-        ):
-            assert time.monotonic() < deadline, "private redis did not start"
-            time.sleep(0.1)
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
 
 
 @dataclass

@@ -7,11 +7,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import redis
 
 from tests.e2e.services import RunningService, run_service
-from tests.redis_db import E2E
-from tests.redis_db import redis_db as redis_db_for
+from tests.redis_db import E2E, PrivateRedis
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432"
 
@@ -45,16 +43,17 @@ def embedded_service(
 
 @pytest.fixture(scope="session")
 def production_service(
-    tmp_path_factory: pytest.TempPathFactory, moto_server: str, tiny_model_dir: Path
+    tmp_path_factory: pytest.TempPathFactory,
+    moto_server: str,
+    tiny_model_dir: Path,
+    redis_server: PrivateRedis,
 ) -> Iterator[RunningService]:
-    """PostgreSQL (a fresh database), Redis (a fresh db number), S3 (moto over HTTP)."""
+    """PostgreSQL (a fresh database), Redis (an emptied database), S3 (moto over HTTP)."""
     db = f"grpo_test_{secrets.token_hex(4)}"
     _psql(f"CREATE DATABASE {db}")
-    redis_db = redis_db_for(E2E)
-    redis.Redis(host="127.0.0.1", port=6379, db=redis_db).flushdb()
     env = {
         "GRPO_DATABASE_URL": f"{PG}/{db}",
-        "GRPO_BROKER_URL": f"redis://127.0.0.1:6379/{redis_db}",
+        "GRPO_BROKER_URL": redis_server.fresh(E2E),
         "GRPO_STORAGE_URL": f"s3://grpo-{secrets.token_hex(4)}/objects",
         "GRPO_S3_ENDPOINT_URL": moto_server,
         "GRPO_S3_REGION": "us-east-1",

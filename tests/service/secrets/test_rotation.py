@@ -18,7 +18,7 @@ from service.secrets import crypto
 from service.secrets.service import put_secret, reveal
 from service.settings import Settings
 from service.webhooks.service import secret_name
-from tests.redis_db import ROTATION, redis_db
+from tests.redis_db import ROTATION, PrivateRedis
 
 OLD, NEW, LOST = (Fernet.generate_key().decode() for _ in range(3))
 
@@ -68,11 +68,9 @@ def test_rotate_moves_every_secret_onto_the_first_key(
         assert plain == "whsec_abc"
 
 
-def test_rotate_without_a_key_says_so(db_url: str) -> None:
+def test_rotate_without_a_key_says_so(db_url: str, redis_server: PrivateRedis) -> None:
     env = {k: v for k, v in os.environ.items() if k != "GRPO_SECRETS_KEY"}
-    env.update(
-        GRPO_DATABASE_URL=db_url, GRPO_BROKER_URL=f"redis://127.0.0.1:6379/{redis_db(ROTATION)}"
-    )
+    env.update(GRPO_DATABASE_URL=db_url, GRPO_BROKER_URL=redis_server.url(ROTATION))
     done = subprocess.run(
         [sys.executable, "-m", "service.cli", "secrets", "rotate"],
         env=env, capture_output=True, text=True, timeout=120,
