@@ -4,7 +4,6 @@ process's own, a tiny local model, the real SmolLM2-135M-Instruct converted from
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,9 +31,9 @@ def moto_server() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[PrivateRedis]:
     """A Redis server of this test process's own (tests/redis_db.py)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        server = PrivateRedis(s.getsockname()[1])
+    from tests.e2e.services import free_port
+
+    server = PrivateRedis(free_port())
     server.start()
     try:
         yield server
