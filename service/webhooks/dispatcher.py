@@ -25,6 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -89,9 +90,11 @@ def record(session: Session, settings: Settings, attempt: Attempt, outcome: Outc
 
 def http_client(settings: Settings) -> httpx.AsyncClient:
     """The senders' client. httpx's own connect timeout, shorter than the attempt's deadline,
-    ends a slow connect or TLS handshake and closes its socket; the deadline itself (`send`)
-    can then only cut the wait for an answer, where httpx closes the connection it was reading.
-    One pooled connection per sender, so no send waits for the pool."""
+    ends a slow connect or TLS handshake and closes its socket. It bounds each phase on its
+    own (TCP, then TLS), so on a loaded machine the attempt's deadline (`send`) may come first:
+    mid-handshake `send` closes the socket itself (`UnownedStream`); later, httpx closes the
+    connection it was reading. One pooled connection per sender, so no send waits for the
+    pool."""
     senders = settings.webhook_concurrency
     return httpx.AsyncClient(
         timeout=httpx.Timeout(
@@ -101,6 +104,29 @@ def http_client(settings: Settings) -> httpx.AsyncClient:
         follow_redirects=False,
         trust_env=False,  # no proxy from the environment: we connect to what we checked
     )
+
+
+class UnownedStream:
+    """httpcore's `trace` extension, kept to close a connection that httpcore has not yet made
+    its own. A TCP connection whose TLS handshake is cut by the deadline is never closed by
+    httpcore (its `start_tls` closes the socket on an Exception only, and a cancellation is not
+    one): it would stay open, its receiver's slot and our file descriptor held, until the
+    garbage collector finds it. Between `connect_tcp` and the end of the handshake the stream
+    is ours to close; once the handshake completes, or a request is sent, httpcore's."""
+
+    def __init__(self) -> None:
+        self.stream: Any = None
+
+    async def __call__(self, event: str, info: dict[str, Any]) -> None:
+        if event == "connection.connect_tcp.complete":
+            self.stream = info["return_value"]
+        elif not event.startswith("connection.start_tls.") or event.endswith(".complete"):
+            self.stream = None
+
+    async def close(self) -> None:
+        if self.stream is not None:
+            stream, self.stream = self.stream, None
+            await stream.aclose()
 
 
 async def send(http: httpx.AsyncClient, settings: Settings, attempt: Attempt) -> Outcome:
@@ -128,7 +154,8 @@ async def send(http: httpx.AsyncClient, settings: Settings, attempt: Attempt) ->
     headers = signing.headers(secret, attempt.delivery_id, int(time.time()), attempt.body)
     url = target.url
     headers["host"] = url.netloc.decode("ascii")
-    extensions = {}
+    unowned = UnownedStream()
+    extensions: dict[str, Any] = {"trace": unowned}
     if url.scheme == "https" and target.address != url.host:
         extensions["sni_hostname"] = url.host  # TLS and its certificate check: the name
     with anyio.move_on_after(settings.webhook_timeout_s):
@@ -145,6 +172,7 @@ async def send(http: httpx.AsyncClient, settings: Settings, attempt: Attempt) ->
             return Outcome(None, f"no connection within {settings.webhook_connect_timeout_s:g} s")
         except httpx.HTTPError as exc:
             return Outcome(None, f"{type(exc).__name__}: {exc}"[:500])
+    await unowned.close()  # cut mid-handshake (or right after connecting)
     return Outcome(None, f"no answer within {settings.webhook_timeout_s:g} s")
 
 

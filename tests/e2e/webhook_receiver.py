@@ -1,8 +1,11 @@
-"""A real HTTP receiver for webhook deliveries: a `http.server` thread on 127.0.0.1 that keeps
-every request it gets (headers, body, arrival time) and answers what its path asks for."""
+"""Real receivers for webhook deliveries on 127.0.0.1: `run_receiver`, a `http.server` thread
+that keeps every request it gets (headers, body, arrival time) and answers what its path asks
+for; `silent_receiver`, a TCP server that never answers and counts the connections left open."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -70,3 +73,73 @@ def run_receiver() -> Iterator[Receiver]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@dataclass
+class Silent:
+    """A TCP server that reads whatever comes and never answers; counts connections."""
+
+    port: int = 0
+    accepted: int = 0
+    closed_by_client: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def open_connections(self) -> int:
+        with self.lock:
+            return self.accepted - self.closed_by_client
+
+
+@contextmanager
+def silent_receiver() -> Iterator[Silent]:
+    silent = Silent()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    writers: set[asyncio.StreamWriter] = set()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with silent.lock:
+            silent.accepted += 1
+        writers.add(writer)
+        try:
+            while await reader.read(65536):  # b"": the client closed its end
+                pass
+            with silent.lock:
+                silent.closed_by_client += 1
+        finally:
+            writers.discard(writer)
+            writer.close()
+
+    async def start() -> asyncio.Server:
+        return await asyncio.start_server(handle, "127.0.0.1", 0, backlog=1024)
+
+    async def close(server: asyncio.Server) -> None:
+        server.close()
+        for writer in list(writers):  # the handlers' reads end
+            writer.transport.abort()
+        while writers:
+            await asyncio.sleep(0.01)
+
+    server = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+    silent.port = server.sockets[0].getsockname()[1]
+    try:
+        yield silent
+    finally:
+        asyncio.run_coroutine_threadsafe(close(server), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def closed_without_the_collector(slow: Silent, timeout: float) -> None:
+    """Until no connection is left open, within `timeout` s, with the garbage collector off
+    (so it cannot close one for us)."""
+    gc.disable()
+    try:
+        start = time.monotonic()
+        while (left := slow.open_connections()) != 0:
+            assert time.monotonic() - start < timeout, f"{left} connections still open"
+            time.sleep(0.05)
+    finally:
+        gc.enable()
