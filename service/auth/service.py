@@ -76,7 +76,7 @@ def list_api_keys(session: Session, tenant_name: str | None = None) -> list[tupl
     if tenant_name is not None:
         stmt = stmt.where(Tenant.name == tenant_name)
     rows = session.execute(stmt.order_by(ApiKey.created_at.desc(), ApiKey.id.desc()))
-    return [(key, name) for key, name in rows.tuples()]
+    return [(key, name) for key, name in rows]
 
 
 def revoke_api_key(session: Session, key: str) -> int:

@@ -177,7 +177,7 @@ def _tinker_time(
             TinkerRequest.finished_at >= since,
             TinkerRequest.finished_at < until,
         )
-    ).tuples()
+    )
     for run, finished, seconds in found:
         yield run, _as_utc(finished), seconds
 
@@ -191,12 +191,13 @@ def _stored_objects(
     their run's id by job, until deleted (overwritten, deleted, or expired and passed)."""
     since, until = (datetime.combine(d, time(), UTC) for d in (first, stop))
     for model in (Checkpoint, RolloutFile):
-        yield from session.execute(
+        rows = session.execute(
             select(model.job_id, model.created_at, model.size_bytes)
             .join(Job, Job.id == model.job_id)
             .where(Job.tenant_id == tenant_id, model.created_at >= since, model.created_at < until)
-        ).tuples()
-    yield from session.execute(
+        )
+        yield from ((job, written, size) for job, written, size in rows)
+    tinker = session.execute(
         select(
             TinkerCheckpoint.run_id, TinkerCheckpoint.created_at, TinkerCheckpoint.size_bytes
         ).where(
@@ -204,7 +205,8 @@ def _stored_objects(
             TinkerCheckpoint.created_at >= since,
             TinkerCheckpoint.created_at < until,
         )
-    ).tuples()
+    )
+    yield from ((run, written, size) for run, written, size in tinker)
 
 
 def _row(group_by: GroupBy, key: Any, figures: dict[str, Any]) -> UsageRow:

@@ -79,9 +79,10 @@ def test_pause_frees_the_worker_resume_loses_no_step_and_a_fork_goes_on(
     engine = make_engine(svc.settings().effective_database_url)
     with Session(engine) as s:
         epochs = dict(
-            s.execute(select(JobMetric.step, JobMetric.epoch).where(JobMetric.job_id == job["id"]))
-            .tuples()
-            .all()
+            (step, epoch)
+            for step, epoch in s.execute(
+                select(JobMetric.step, JobMetric.epoch).where(JobMetric.job_id == job["id"])
+            )
         )
     engine.dispose()
     assert epochs == {step: 1 if step <= k else 2 for step in range(1, STEPS + 1)}

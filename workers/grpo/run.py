@@ -141,7 +141,10 @@ def open_run(
         shard_model(policy.model)
     params = [p for p in policy.model.parameters() if p.requires_grad]
     if spec.gradient_checkpointing:  # the model's own forward recomputes: the fast one cannot
-        policy.model.gradient_checkpointing_enable({"use_reentrant": False})
+        # transformers 5 renamed it (the old name warns, and goes in v6); 4.x has the old one only
+        model = policy.model
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        (enable or model.gradient_checkpointing_enable)({"use_reentrant": False})
     own_forward = spec.gradient_checkpointing or world.size > 1
     backend = select_backend(policy.model, g, own_forward=own_forward)
     for model in {id(m): m for m in (policy.model, policy.reference) if m is not None}.values():
