@@ -33,14 +33,13 @@ class PrivateRedis:
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
         deadline = time.monotonic() + 10
-        while (
-            subprocess.run(
-                ["redis-cli", "-p", str(self.port), "ping"], capture_output=True
-            ).stdout.strip()
-            != b"PONG"
-        ):
-            assert time.monotonic() < deadline, "private redis did not start"
-            time.sleep(0.1)
+        while True:
+            try:
+                self.client(0).ping()
+                return
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "private redis did not start"
+                time.sleep(0.1)
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
